@@ -1,0 +1,37 @@
+# Two commands a new user needs:  `make run`  and  `make test`.
+PYTHON ?= python3.11
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+export MLFLOW_DISABLE_TELEMETRY ?= true
+
+.PHONY: run test test-slow test-gpu bench venv clean-cache
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## Set up the environment and run the main job on the synthetic default market.
+run: $(STAMP)
+	$(PY) -m backtest $(ARGS)
+
+## Set up the environment and run the default (fast) test suite.
+test: $(STAMP)
+	$(PY) -m pytest -m "not slow and not gpu" -n 2 -q
+
+## Slow tests (long rolling backtests, quality checks).
+test-slow: $(STAMP)
+	$(PY) -m pytest -m "slow" -q
+
+## GPU tests (skip cleanly without CUDA).
+test-gpu: $(STAMP)
+	$(PY) -m pytest -m "gpu" -q
+
+## Benchmarks (on demand; report ratios measured in one process).
+bench: $(STAMP)
+	$(PY) benchmarks/bench_synthetic.py
