@@ -1,0 +1,600 @@
+"""A synthetic A-share market: the embedded default data set.
+
+It is built so that the research questions the framework exists for behave as on real A-share data:
+label leakage pays off, volatility features are noise, money flow carries a weak real signal, and an
+industry bet that worked in one regime fails in the next. Same seed, same bytes.
+
+Return process (daily log return of stock i on day t, before price limits)::
+
+    r[t, i] = beta[i] * market[t]                      market factor: GARCH(1,1) volatility, bull/bear
+            + industry[t, g(i)]                        regimes with opposite drifts
+            + size_loading[i] * size[t]                small-minus-big factor
+            + mf_strength * sigma[i] * flow[t-1, i]    planted: informed flow, seen in money-flow data
+            + drift[t, i]                              planted: slow, unobservable, persists for weeks
+            + transient[t, i] - transient[t-1, i]      planted: short-term reversal
+            + sigma[t, i] * eps[t, i]                  fat-tailed (Student t, 4 dof) noise
+
+    industry[t, g] = industry_regime_strength * tilt[g] * regime[t] + industry noise
+                                                       planted: industry effect that flips with regime
+
+Closes are clipped to the daily price limit (+-10%, +-20% on ChiNext from 2020-08-24 and on STAR); the
+clipped part carries over to the next day, and a day that would close far beyond the limit opens and
+stays at it. Suspended stocks keep their last close and accumulate the return they miss. Stocks list
+and delist during the period (delisting stocks decline beforehand), and index membership is rebalanced
+semiannually from trailing market cap with a buffer, so it is point in time.
+
+Observable money flow: the main-force (large + extra-large order) net inflow rate is
+``flow_loading * flow + noise + a little same-day return``; smoothing it over a week recovers the flow.
+Volatility varies by stock and over time but never enters expected returns.
+
+The measured strengths of the planted effects are in README.md ("The synthetic market") and are checked
+by ``tests/data/test_synthetic.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy.signal import lfilter
+
+from backtest.data.calendar import exchange_calendar
+from backtest.data.schema import MONEYFLOW_COLUMNS
+from backtest.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+INDUSTRIES: tuple[str, ...] = (
+    "agriculture", "basic_chemicals", "steel", "nonferrous_metals", "electronics", "household_appliances",
+    "food_beverage", "textiles_apparel", "light_manufacturing", "pharmaceuticals", "utilities",
+    "transportation", "real_estate", "retail", "social_services", "banks", "non_bank_financials",
+    "conglomerates", "building_materials", "building_decoration", "power_equipment", "machinery",
+    "defense", "autos", "computers", "media", "telecom", "coal", "petroleum", "environmental",
+    "beauty_care",
+)
+
+CHINEXT_20PCT_FROM = pd.Timestamp("2020-08-24")
+STAR_OPENS = pd.Timestamp("2019-07-22")
+
+
+@dataclass(frozen=True)
+class SyntheticMarketConfig:
+    """Parameters of the synthetic market. Strength parameters are in daily-return units."""
+
+    seed: int = 42
+    start: str = "2018-01-01"
+    end: str = "2025-12-31"
+    n_stocks: int = 460
+    n_members: int = 300
+    n_industries: int = 30
+    #: informed flow's effect on the next day's return, in units of the stock's daily volatility
+    mf_strength: float = 0.065
+    #: persistence (AR(1) coefficient) of the informed flow
+    flow_persistence: float = 0.8
+    #: transient price deviation, as a fraction of daily volatility, and its persistence
+    reversal_strength: float = 0.8
+    reversal_persistence: float = 0.75
+    #: stationary daily standard deviation of the slow drift, and its half-life in trading days
+    drift_vol: float = 0.001
+    drift_half_life: float = 25.0
+    #: daily expected industry return per unit of industry tilt, with the sign of the regime
+    industry_regime_strength: float = 0.0005
+    #: average length of a bull or bear regime, trading days
+    regime_mean_days: int = 240
+
+    def __post_init__(self) -> None:
+        if self.n_members >= self.n_stocks:
+            raise ConfigError(
+                f"synthetic market: n_members ({self.n_members}) must be smaller than n_stocks "
+                f"({self.n_stocks}); the index draws its members from a larger pool. Fix: lower "
+                "data.n_members or raise data.n_stocks."
+            )
+        if not 1 <= self.n_industries <= len(INDUSTRIES):
+            raise ConfigError(
+                f"synthetic market: n_industries must be between 1 and {len(INDUSTRIES)}, "
+                f"got {self.n_industries}."
+            )
+        if pd.Timestamp(self.end) <= pd.Timestamp(self.start) + pd.Timedelta(days=90):
+            raise ConfigError(
+                f"synthetic market: the period {self.start} .. {self.end} is shorter than 90 days; "
+                "use a longer one."
+            )
+
+
+@dataclass(frozen=True)
+class MarketTruth:
+    """The latent state behind a synthetic panel, for tests and documentation; never a model input.
+
+    Wide arrays are (date x code) aligned with ``dates`` and ``codes``.
+    """
+
+    dates: pd.DatetimeIndex
+    codes: pd.Index
+    regime: np.ndarray  # +1 bull, -1 bear, per date
+    drift: np.ndarray  # slow stock-specific drift, daily log return
+    flow: np.ndarray  # informed flow (unit variance)
+    industry_tilt: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SyntheticMarket:
+    panel: pd.DataFrame
+    truth: MarketTruth
+
+
+def generate_market(config: SyntheticMarketConfig | None = None) -> pd.DataFrame:
+    """The canonical panel of a synthetic market (see the module docstring).
+
+    Parameters
+    ----------
+    config : SyntheticMarketConfig, default the project default (460 stocks, 300 members, 2018-2025).
+
+    Returns
+    -------
+    panel : DataFrame indexed by (date, code), every column of ``backtest.data.schema``.
+    """
+    return simulate_market(config or SyntheticMarketConfig()).panel
+
+
+def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
+    """Simulate the market and return the panel with its latent truth."""
+    cfg = config
+    rng = np.random.default_rng(np.random.PCG64(cfg.seed))
+    dates = exchange_calendar(cfg.start, cfg.end)
+    T, N = len(dates), cfg.n_stocks
+
+    codes = _draw_codes(rng, N)
+    limit_pct = _limit_table(dates, codes)
+
+    # --- stock attributes ----------------------------------------------------------------------------
+    weights = rng.dirichlet(np.full(cfg.n_industries, 3.0))
+    industry_idx = rng.choice(cfg.n_industries, size=N, p=weights)
+    industry_names = np.array(INDUSTRIES[: cfg.n_industries])
+    tilt = rng.standard_normal(cfg.n_industries)
+    tilt = (tilt - tilt.mean()) / tilt.std()
+
+    growth = np.array([c[:3] in ("300", "301", "688") for c in codes])
+    sigma = np.exp(rng.normal(np.log(0.017), 0.3, N)) * np.where(growth, 1.25, 1.0)
+    beta = rng.normal(1.0, 0.1, N).clip(0.6, 1.4)
+    total_shares = np.exp(rng.normal(np.log(2.5e9), 1.0, N)).round(-4)
+    float_frac = rng.uniform(0.3, 1.0, N)
+    price0 = np.exp(rng.normal(np.log(14.0), 0.7, N)).clip(2.5, 400)
+    log_mv0 = np.log(total_shares * price0)
+    size_loading = -(log_mv0 - log_mv0.mean()) / log_mv0.std()
+
+    alive, list_idx, delist_idx = _draw_lifetimes(rng, dates, codes)
+    suspended = _draw_suspensions(rng, T, N, list_idx, delist_idx) & alive
+
+    # --- factors ------------------------------------------------------------------------------------
+    regime = _draw_regimes(rng, T, cfg.regime_mean_days)
+    market = _draw_market(rng, regime)
+    ind_noise = 0.007 * rng.standard_t(5, (T, cfg.n_industries)) / np.sqrt(5 / 3)
+    industry = cfg.industry_regime_strength * tilt[None, :] * regime[:, None] + ind_noise
+    size = rng.normal(0.0, 0.003, T)
+
+    # --- planted effects ----------------------------------------------------------------------------
+    flow = _ar1(rng.standard_normal((T, N)), cfg.flow_persistence)
+    phi_d = 0.5 ** (1.0 / cfg.drift_half_life)
+    drift = cfg.drift_vol * _ar1(rng.standard_normal((T, N)), phi_d)
+    # Stocks on their way to delisting bleed for their last 120 trading days.
+    for j in np.flatnonzero(delist_idx < T):
+        lo = max(0, delist_idx[j] - 120)
+        drift[lo : delist_idx[j] + 1, j] -= 0.003
+    transient = cfg.reversal_strength * sigma[None, :] * _ar1(rng.standard_normal((T, N)), cfg.reversal_persistence)
+
+    vol_state = np.exp(_ar1(rng.standard_normal((T, N)), 0.98) * 0.25)  # slow per-stock vol regimes
+    mkt_vol = np.sqrt(_garch_variance(market))
+    vol_mult = np.sqrt(mkt_vol / mkt_vol.mean())[:, None] * vol_state
+    eps = rng.standard_t(4, (T, N)) / np.sqrt(2.0)
+    noise = sigma[None, :] * vol_mult * eps
+
+    r = (
+        beta[None, :] * market[:, None]
+        + industry[:, industry_idx]
+        + size_loading[None, :] * size[:, None]
+        + cfg.mf_strength * sigma[None, :] * np.vstack([np.zeros((1, N)), flow[:-1]])
+        + drift
+        + np.diff(transient, axis=0, prepend=0.0)
+        + noise
+    )
+    # Convexity: offset the market-wide volatility drag so that prices do not drift down on average. The
+    # offset is the same for every stock, so a stock's median return, and with it the cross-sectional rank
+    # of its return, does not depend on its volatility (volatile stocks still have a slightly higher mean
+    # simple return, 0.5 * variance).
+    r += 0.5 * (market.var() + ((sigma[None, :] * vol_mult) ** 2).mean(axis=1, keepdims=True))
+
+    # --- prices with limits, suspensions and carry-over --------------------------------------------
+    close, ref, limit_hit_far = _price_path(r, price0, limit_pct, suspended)
+    alive, delist_idx = _delist_penny_stocks(close, alive, delist_idx)
+    suspended &= alive
+    up_limit = _round2(ref * (1 + limit_pct))
+    down_limit = _round2(ref * (1 - limit_pct))
+
+    gap = 0.3 * np.log(close / ref) + rng.normal(0.0, 0.3, (T, N)) * sigma[None, :]
+    open_ = np.clip(_round2(ref * np.exp(gap)), down_limit, up_limit)
+    open_ = np.where(limit_hit_far, close, open_)  # locked limit: opens and stays at the limit
+    wick = np.abs(rng.normal(0.0, 0.5, (2, T, N))) * sigma[None, None, :]
+    high = np.clip(_round2(np.maximum(open_, close) * np.exp(wick[0])), None, up_limit)
+    low = np.clip(_round2(np.minimum(open_, close) * np.exp(-wick[1])), down_limit, None)
+    high = np.where(limit_hit_far, close, np.maximum(high, np.maximum(open_, close)))
+    low = np.where(limit_hit_far, close, np.minimum(low, np.minimum(open_, close)))
+
+    # --- trading activity and money flow ------------------------------------------------------------
+    base_turnover = np.exp(rng.normal(np.log(0.012), 0.5, N))
+    abs_move = np.abs(np.log(close / ref)) / sigma[None, :]
+    turnover = base_turnover[None, :] * np.exp(0.35 * abs_move + 0.3 * _ar1(rng.standard_normal((T, N)), 0.9))
+    volume = np.round(turnover * (total_shares * float_frac)[None, :], -2)
+    vwap = (open_ + high + low + 2 * close) / 5
+    amount = np.round(volume * vwap, 0)
+    volume = np.where(suspended, 0.0, volume)
+    amount = np.where(suspended, 0.0, amount)
+
+    day_ret = np.log(close / ref) / sigma[None, :]
+    main_net = 0.035 * (0.6 * flow + rng.standard_normal((T, N))) + 0.01 * day_ret
+    small_net = -0.6 * main_net + 0.02 * rng.standard_normal((T, N))
+    moneyflow = _split_money_flow(rng, amount, main_net, small_net, log_mv0)
+
+    total_mv = close * total_shares[None, :]
+    float_mv = total_mv * float_frac[None, :]
+    in_universe = _index_membership(dates, total_mv, alive, suspended, list_idx, cfg.n_members)
+
+    columns: dict[str, np.ndarray] = {
+        "open": open_, "high": high, "low": low, "close": close, "volume": volume, "amount": amount,
+        "up_limit": up_limit, "down_limit": down_limit, "total_mv": total_mv, "float_mv": float_mv,
+        **moneyflow,
+    }
+    rows, cols = np.nonzero(alive)  # row-major: sorted by date, then code
+    index = pd.MultiIndex.from_arrays(
+        [dates.astype("datetime64[ns]")[rows], codes[cols]], names=["date", "code"]
+    )
+    data = {name: values[rows, cols].astype("float64") for name, values in columns.items()}
+    data["industry"] = pd.Categorical.from_codes(industry_idx[cols], categories=industry_names)
+    data["in_universe"] = in_universe[rows, cols]
+    data["is_suspended"] = suspended[rows, cols]
+    panel = pd.DataFrame(data, index=index)
+
+    truth = MarketTruth(
+        dates=pd.DatetimeIndex(dates, name="date"), codes=pd.Index(codes, name="code"), regime=regime,
+        drift=drift, flow=flow, industry_tilt=dict(zip(industry_names.tolist(), tilt.tolist())),
+    )
+    log.info("synthetic market: %d days x %d stocks, %d rows", T, N, len(panel))
+    return SyntheticMarket(panel=panel, truth=truth)
+
+
+# --- pieces ----------------------------------------------------------------------------------------
+
+
+def _round2(x: np.ndarray) -> np.ndarray:
+    return np.round(x, 2)
+
+
+def _ar1(innovations: np.ndarray, phi: float) -> np.ndarray:
+    """Stationary unit-variance AR(1) along axis 0, started from its stationary distribution."""
+    scale = np.sqrt(1.0 - phi * phi)
+    x = lfilter([scale], [1.0, -phi], innovations, axis=0)
+    # Remove the start-up transient: the first value should have unit variance, not ``scale``.
+    decay = phi ** np.arange(len(innovations)).reshape((-1,) + (1,) * (innovations.ndim - 1))
+    return x + innovations[0] * (1.0 - scale) * decay
+
+
+def _draw_codes(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Tushare-style codes over the main boards, ChiNext (300/301) and STAR (688)."""
+    boards = rng.choice(4, size=n, p=[0.52, 0.30, 0.12, 0.06])
+    prefixes = {0: (600000, ".SH"), 1: (1, ".SZ"), 2: (300001, ".SZ"), 3: (688001, ".SH")}
+    codes = []
+    for b in range(4):
+        base, suffix = prefixes[b]
+        k = int((boards == b).sum())
+        numbers = base + np.sort(rng.choice(3000, size=k, replace=False))
+        codes += [f"{num:06d}{suffix}" for num in numbers]
+    return np.array(sorted(codes), dtype=object)
+
+
+def _limit_table(dates: pd.DatetimeIndex, codes: np.ndarray) -> np.ndarray:
+    """Daily price-limit fraction per (date, code): 10%, or 20% on STAR and on ChiNext after its reform."""
+    star = np.array([c.startswith("688") for c in codes])
+    chinext = np.array([c[:3] in ("300", "301") for c in codes])
+    after = (dates >= CHINEXT_20PCT_FROM)[:, None]
+    return np.where(star[None, :] | (chinext[None, :] & after), 0.20, 0.10)
+
+
+def _draw_lifetimes(
+    rng: np.random.Generator, dates: pd.DatetimeIndex, codes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Listing and delisting days; ``alive[t, i]`` is True from listing through the last trading day."""
+    T, N = len(dates), len(codes)
+    list_idx = np.zeros(N, dtype=int)
+    late = rng.random(N) < 0.18
+    list_idx[late] = rng.integers(20, T - 120, late.sum())
+    star_first = int(np.searchsorted(dates, STAR_OPENS))
+    is_star = np.array([c.startswith("688") for c in codes])  # STAR opened in July 2019
+    list_idx[is_star] = np.maximum(list_idx[is_star], star_first + rng.integers(0, 250, is_star.sum()))
+    delist_idx = np.full(N, T, dtype=int)
+    leaving = (rng.random(N) < 0.08) & (list_idx < T - 400)
+    delist_idx[leaving] = list_idx[leaving] + rng.integers(300, T, leaving.sum())
+    delist_idx = np.minimum(delist_idx, T)  # T means "still listed at the end"
+    t = np.arange(T)[:, None]
+    alive = (t >= list_idx[None, :]) & (t < delist_idx[None, :])
+    return alive, list_idx, delist_idx
+
+
+def _draw_suspensions(
+    rng: np.random.Generator, T: int, N: int, list_idx: np.ndarray, delist_idx: np.ndarray
+) -> np.ndarray:
+    """Suspension spells: about one every two years per stock, mostly a few days, some for months."""
+    out = np.zeros((T, N), dtype=bool)
+    n_spells = rng.poisson(0.5 * T / 244, N)
+    for j in range(N):
+        lo, hi = list_idx[j] + 5, min(delist_idx[j], T) - 5
+        if hi <= lo:
+            continue
+        for start in rng.integers(lo, hi, n_spells[j]):
+            length = rng.geometric(0.3) if rng.random() < 0.9 else rng.integers(20, 80)
+            out[start : min(start + length, hi), j] = True
+    return out
+
+
+def _draw_regimes(rng: np.random.Generator, T: int, mean_days: int) -> np.ndarray:
+    """Alternating bull (+1) / bear (-1) regimes with gamma-distributed lengths."""
+    regime = np.empty(T)
+    state, t = 1.0, 0
+    while t < T:
+        length = max(60, int(rng.gamma(4.0, mean_days / 4.0)))
+        regime[t : t + length] = state
+        state, t = -state, t + length
+    return regime
+
+
+def _draw_market(rng: np.random.Generator, regime: np.ndarray) -> np.ndarray:
+    """Market log returns: GARCH(1,1) volatility, higher in bear regimes; regime-dependent drift."""
+    T = len(regime)
+    omega, alpha, beta = 2e-6, 0.08, 0.90
+    z = rng.standard_t(5, T) / np.sqrt(5 / 3)
+    out = np.empty(T)
+    var = omega / (1 - alpha - beta)
+    for t in range(T):
+        level = 1.0 if regime[t] > 0 else 1.6
+        out[t] = np.sqrt(var * level) * z[t]
+        var = omega + alpha * out[t] ** 2 / level + beta * var
+    drift = np.where(regime > 0, 0.0008, -0.0007)
+    return drift + out
+
+
+def _garch_variance(market: np.ndarray) -> np.ndarray:
+    """A smoothed squared-return proxy of the market's conditional variance (for idiosyncratic vol)."""
+    return lfilter([0.06], [1.0, -0.94], market**2 - market.mean() ** 2) + market.var()
+
+
+def _price_path(
+    r: np.ndarray, price0: np.ndarray, limit_pct: np.ndarray, suspended: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Closes under price limits and suspensions, day by day.
+
+    Returns (close, reference price, locked-limit flag). The reference price is the previous close; the
+    part of a move cut off by the limit, and the moves missed while suspended, carry to the next
+    trading day.
+    """
+    T, N = r.shape
+    close = np.empty((T, N))
+    ref = np.empty((T, N))
+    locked = np.zeros((T, N), dtype=bool)
+    prev = _round2(price0)
+    carry = np.zeros(N)
+    for t in range(T):
+        ref[t] = prev
+        want = r[t] + carry
+        target = prev * np.exp(want)
+        up = _round2(prev * (1 + limit_pct[t]))
+        dn = _round2(prev * (1 - limit_pct[t]))
+        c = np.clip(_round2(target), dn, up)
+        hit = (c >= up) | (c <= dn)
+        c = np.where(suspended[t], prev, c)
+        carry = np.where(suspended[t], want, np.where(hit, np.log(target / c), 0.0))
+        carry = np.clip(carry, -0.5, 0.5)
+        locked[t] = hit & ~suspended[t] & (np.abs(np.log(target / c)) > 0.02)
+        close[t] = c
+        prev = c
+    return close, ref, locked
+
+
+def _delist_penny_stocks(
+    close: np.ndarray, alive: np.ndarray, delist_idx: np.ndarray, days: int = 20
+) -> tuple[np.ndarray, np.ndarray]:
+    """The exchange's face-value rule: a stock that closes below 1 CNY for ``days`` consecutive trading
+    days is delisted after the last of them."""
+    below = (close < 1.0) & alive
+    run = np.zeros(close.shape[1], dtype=int)
+    delist_idx = delist_idx.copy()
+    for t in range(close.shape[0]):
+        run = np.where(below[t], run + 1, 0)
+        hit = (run == days) & (delist_idx > t + 1)
+        delist_idx[hit] = t + 1
+    t = np.arange(close.shape[0])[:, None]
+    return alive & (t < delist_idx[None, :]), delist_idx
+
+
+def _split_money_flow(
+    rng: np.random.Generator, amount: np.ndarray, main_net: np.ndarray, small_net: np.ndarray, log_mv: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Buy and sell amounts by order size (sm < 40k, md, lg, elg >= 1m CNY) from net inflow rates."""
+    T, N = amount.shape
+    big = (log_mv - log_mv.mean()) / log_mv.std()
+    elg = np.clip(0.14 + 0.03 * big[None, :] + 0.02 * rng.standard_normal((T, N)), 0.03, 0.4)
+    lg = np.clip(0.20 + 0.02 * rng.standard_normal((T, N)), 0.08, 0.35)
+    md = np.clip(0.28 + 0.02 * rng.standard_normal((T, N)), 0.15, 0.4)
+    sm = 1.0 - elg - lg - md
+    nets = {
+        "elg": 0.6 * main_net,
+        "lg": 0.4 * main_net,
+        "sm": small_net,
+        "md": -(main_net + small_net) + 0.005 * rng.standard_normal((T, N)),
+    }
+    shares = {"sm": sm, "md": md, "lg": lg, "elg": elg}
+    out: dict[str, np.ndarray] = {}
+    net_total = np.zeros((T, N))
+    for size_name in ("sm", "md", "lg", "elg"):
+        gross = amount * shares[size_name]
+        net = np.clip(nets[size_name] * amount, -0.9 * gross, 0.9 * gross)
+        out[f"buy_{size_name}_amount"] = np.round((gross + net) / 2, 0)
+        out[f"sell_{size_name}_amount"] = np.round((gross - net) / 2, 0)
+        net_total += out[f"buy_{size_name}_amount"] - out[f"sell_{size_name}_amount"]
+    out["net_mf_amount"] = net_total
+    return {name: out[name] for name in MONEYFLOW_COLUMNS}
+
+
+def _index_membership(
+    dates: pd.DatetimeIndex,
+    total_mv: np.ndarray,
+    alive: np.ndarray,
+    suspended: np.ndarray,
+    list_idx: np.ndarray,
+    n_members: int,
+) -> np.ndarray:
+    """Point-in-time membership, reviewed semiannually (first trading day after the second Friday of
+    June and December) on the trailing 120-day average market cap, with a buffer: members ranked within
+    the top 120% stay. A member that delists is replaced the next day by the best-ranked non-member.
+    """
+    T, N = total_mv.shape
+    mv = np.where(alive, total_mv, np.nan)
+    csum = np.nancumsum(np.nan_to_num(mv), axis=0)
+    count = np.cumsum(alive, axis=0)
+    window = 120
+    lag_sum = np.vstack([np.zeros((window, N)), csum[:-window]])
+    lag_cnt = np.vstack([np.zeros((window, N), dtype=int), count[:-window]])
+    avg_mv = (csum - lag_sum) / np.maximum(count - lag_cnt, 1)
+    seasoned = (np.arange(T)[:, None] - list_idx[None, :]) >= 60
+
+    review_days = _review_days(dates)
+    member = np.zeros(N, dtype=bool)
+    out = np.zeros((T, N), dtype=bool)
+    score = np.zeros(N)
+    for t in range(T):
+        candidates = alive[t] & (seasoned[t] | (t == 0)) & ~suspended[t]
+        if t == 0 or t in review_days:
+            score = np.where(candidates, avg_mv[t], -np.inf)
+            order = np.argsort(-score, kind="stable")
+            rank = np.empty(N, dtype=int)
+            rank[order] = np.arange(N)
+            keep = member & (rank < int(1.2 * n_members)) & alive[t]
+            new = keep.copy()
+            for j in order:
+                if new.sum() >= n_members or not np.isfinite(score[j]):
+                    break
+                new[j] = True
+            member = new
+        gone = member & ~alive[t]
+        if gone.any():
+            member &= alive[t]
+            for j in np.argsort(-np.where(candidates & ~member, score, -np.inf), kind="stable")[: gone.sum()]:
+                member[j] = True
+        out[t] = member
+    return out
+
+
+def _review_days(dates: pd.DatetimeIndex) -> set[int]:
+    """Positions of the first trading day after the second Friday of each June and December."""
+    out: set[int] = set()
+    for year in sorted(set(dates.year)):
+        for month in (6, 12):
+            fridays = pd.date_range(f"{year}-{month:02d}-01", periods=31, freq="D")
+            fridays = fridays[(fridays.month == month) & (fridays.weekday == 4)]
+            if len(fridays) < 2:
+                continue
+            pos = int(np.searchsorted(dates, fridays[1], side="right"))
+            if 0 < pos < len(dates):
+                out.add(pos)
+    return out
+
+
+# --- measured strengths of the planted effects ---------------------------------------------------------
+
+
+def daily_rank_ic(signal: np.ndarray, target: np.ndarray, eligible: np.ndarray, min_stocks: int = 20) -> np.ndarray:
+    """Spearman correlation across stocks, one per day, of two (date x code) matrices.
+
+    Only cells that are eligible and finite in both matrices count; days with fewer than ``min_stocks``
+    such cells give NaN.
+    """
+    ok = eligible & np.isfinite(signal) & np.isfinite(target)
+    a = pd.DataFrame(np.where(ok, signal, np.nan)).rank(axis=1).to_numpy(copy=True)
+    b = pd.DataFrame(np.where(ok, target, np.nan)).rank(axis=1).to_numpy(copy=True)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # days with no eligible stock
+        a -= np.nanmean(a, axis=1, keepdims=True)
+        b -= np.nanmean(b, axis=1, keepdims=True)
+    num = np.nansum(a * b, axis=1)
+    den = np.sqrt(np.nansum(a * a, axis=1) * np.nansum(b * b, axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ic = num / den
+    ic[ok.sum(axis=1) < min_stocks] = np.nan
+    return ic
+
+
+def planted_effect_strengths(market: SyntheticMarket, horizon: int = 5) -> pd.DataFrame:
+    """Measure each planted effect as a daily rank IC against the default label (T+1 to T+h open).
+
+    Returns a DataFrame with one row per effect: the mean daily rank IC over index members, its
+    standard error (days are overlapping, so the error is scaled by sqrt(h)) and the number of days.
+    """
+    p = market.panel
+    wide = {c: p[c].unstack("code").reindex(index=market.truth.dates.astype("datetime64[ns]"), columns=market.truth.codes)
+            for c in ("open", "close", "amount", "buy_lg_amount", "buy_elg_amount", "sell_lg_amount",
+                      "sell_elg_amount", "in_universe", "is_suspended")}
+    open_ = wide["open"].to_numpy()
+    close = wide["close"].to_numpy()
+    suspended = wide["is_suspended"].fillna(True).to_numpy(dtype=bool)
+    member = wide["in_universe"].fillna(False).to_numpy(dtype=bool)
+    entry, exit_ = _shift(open_, -1), _shift(open_, -horizon)
+    tradable = ~_shift(suspended.astype(float), -1, fill=1).astype(bool) & ~_shift(
+        suspended.astype(float), -horizon, fill=1
+    ).astype(bool)
+    label = np.where(tradable, exit_ / entry - 1.0, np.nan)
+
+    amount = wide["amount"].to_numpy()
+    main = (wide["buy_lg_amount"] + wide["buy_elg_amount"] - wide["sell_lg_amount"] - wide["sell_elg_amount"]).to_numpy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        main_rate = np.where(amount > 0, main / amount, np.nan)
+    mf_ma5 = pd.DataFrame(main_rate).rolling(5, min_periods=3).mean().to_numpy()
+    ret5 = close / _shift(close, 5) - 1.0
+    logret = pd.DataFrame(np.log(close)).diff()
+    vol20 = logret.rolling(20, min_periods=15).std().to_numpy()
+
+    truth = market.truth
+    tilt = np.array([truth.industry_tilt[str(x)] for x in p["industry"].cat.categories])
+    ind_codes = p["industry"].cat.codes.groupby(level="code").first().reindex(truth.codes).to_numpy()
+    tilt_wide = np.broadcast_to(tilt[ind_codes][None, :], label.shape)
+    bull, bear = truth.regime > 0, truth.regime < 0
+
+    def row(name: str, signal: np.ndarray, days: np.ndarray | None = None) -> dict[str, float]:
+        ic = daily_rank_ic(signal, label, member)
+        if days is not None:
+            ic = ic[days]
+        ic = ic[np.isfinite(ic)]
+        return {"effect": name, "rank_ic": ic.mean(), "std_err": ic.std(ddof=1) / np.sqrt(len(ic)) * np.sqrt(horizon),
+                "days": len(ic)}
+
+    rows = [
+        row("money flow: main-force net inflow rate, 5-day mean", mf_ma5),
+        row("reversal: past 5-day return", ret5),
+        row("volatility: 20-day realized volatility", vol20),
+        row("slow drift (unobservable truth)", truth.drift),
+        row("industry tilt in bull regimes", tilt_wide, bull),
+        row("industry tilt in bear regimes", tilt_wide, bear),
+        row("label overlap: previous day's label (what a leaky fit sees)", _shift(label, 1)),
+    ]
+    return pd.DataFrame(rows).set_index("effect")
+
+
+def _shift(x: np.ndarray, k: int, fill: float = np.nan) -> np.ndarray:
+    """Row shift of a (date x code) matrix: ``out[t] = x[t - k]`` (``k < 0`` looks ahead)."""
+    out = np.full_like(x, fill, dtype=float)
+    if k > 0:
+        out[k:] = x[:-k]
+    elif k < 0:
+        out[:k] = x[-k:]
+    else:
+        out[:] = x
+    return out
