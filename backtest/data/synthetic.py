@@ -598,3 +598,12 @@ def _shift(x: np.ndarray, k: int, fill: float = np.nan) -> np.ndarray:
     else:
         out[:] = x
     return out
+
+
+def synthetic_panel(**params: object) -> pd.DataFrame:
+    """The synthetic panel from keyword parameters (the ``data=synthetic`` config group)."""
+    names = set(SyntheticMarketConfig.__dataclass_fields__)
+    unknown = sorted(set(params) - names)
+    if unknown:
+        raise ConfigError(f"data=synthetic: unknown parameter(s) {unknown}; known: {sorted(names)}")
+    return generate_market(SyntheticMarketConfig(**params))  # type: ignore[arg-type]
