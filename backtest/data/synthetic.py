@@ -215,12 +215,13 @@ def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
 
     gap = 0.3 * np.log(close / ref) + rng.normal(0.0, 0.3, (T, N)) * sigma[None, :]
     open_ = np.clip(_round2(ref * np.exp(gap)), down_limit, up_limit)
-    open_ = np.where(limit_hit_far, close, open_)  # locked limit: opens and stays at the limit
+    open_ = np.where(limit_hit_far | suspended, close, open_)  # locked limit: opens and stays there
     wick = np.abs(rng.normal(0.0, 0.5, (2, T, N))) * sigma[None, None, :]
     high = np.clip(_round2(np.maximum(open_, close) * np.exp(wick[0])), None, up_limit)
     low = np.clip(_round2(np.minimum(open_, close) * np.exp(-wick[1])), down_limit, None)
-    high = np.where(limit_hit_far, close, np.maximum(high, np.maximum(open_, close)))
-    low = np.where(limit_hit_far, close, np.minimum(low, np.minimum(open_, close)))
+    flat = limit_hit_far | suspended  # a suspended day carries the last close as its whole bar
+    high = np.where(flat, close, np.maximum(high, np.maximum(open_, close)))
+    low = np.where(flat, close, np.minimum(low, np.minimum(open_, close)))
 
     # --- trading activity and money flow ------------------------------------------------------------
     base_turnover = np.exp(rng.normal(np.log(0.012), 0.5, N))
@@ -288,7 +289,8 @@ def _draw_codes(rng: np.random.Generator, n: int) -> np.ndarray:
     for b in range(4):
         base, suffix = prefixes[b]
         k = int((boards == b).sum())
-        numbers = base + np.sort(rng.choice(3000, size=k, replace=False))
+        span = {0: 3999, 1: 2999, 2: 1999, 3: 998}[b]  # 600000-603998, 000001-002999, 300001-301999, 688001-688998
+        numbers = base + np.sort(rng.choice(span, size=k, replace=False))
         codes += [f"{num:06d}{suffix}" for num in numbers]
     return np.array(sorted(codes), dtype=object)
 
@@ -436,7 +438,7 @@ def _split_money_flow(
     out: dict[str, np.ndarray] = {}
     net_total = np.zeros((T, N))
     for size_name in ("sm", "md", "lg", "elg"):
-        gross = amount * shares[size_name]
+        gross = 2.0 * amount * shares[size_name]  # every trade has a buyer and a seller
         net = np.clip(nets[size_name] * amount, -0.9 * gross, 0.9 * gross)
         out[f"buy_{size_name}_amount"] = np.round((gross + net) / 2, 0)
         out[f"sell_{size_name}_amount"] = np.round((gross - net) / 2, 0)

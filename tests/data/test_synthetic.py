@@ -1,0 +1,159 @@
+"""The synthetic market: determinism, realism of the bars and trading life, and the planted effects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from backtest.data.fingerprint import panel_fingerprint
+from backtest.data.synthetic import (
+    SyntheticMarketConfig,
+    planted_effect_strengths,
+    simulate_market,
+)
+from backtest.data.validate import validate_panel
+from backtest.errors import ConfigError
+
+
+@pytest.fixture(scope="module")
+def default_market():
+    return simulate_market(SyntheticMarketConfig())
+
+
+def test_same_seed_gives_identical_bytes_and_fingerprint(tmp_path: Path, tiny_market) -> None:
+    again = simulate_market(SyntheticMarketConfig(**{**tiny_market_config().__dict__}))
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    tiny_market.panel.to_parquet(a)
+    again.panel.to_parquet(b)
+    assert a.read_bytes() == b.read_bytes()
+    assert panel_fingerprint(tiny_market.panel) == panel_fingerprint(again.panel)
+    other = simulate_market(SyntheticMarketConfig(**{**tiny_market_config().__dict__, "seed": 8}))
+    assert panel_fingerprint(other.panel) != panel_fingerprint(tiny_market.panel)
+
+
+def tiny_market_config() -> SyntheticMarketConfig:
+    from tests.conftest import TINY
+
+    return TINY
+
+
+def test_default_scale(default_market) -> None:
+    panel = default_market.panel
+    dates = panel.index.get_level_values("date")
+    assert dates.min() == pd.Timestamp("2018-01-02") and dates.max() == pd.Timestamp("2025-12-31")
+    assert 1900 < dates.nunique() < 1960  # about 243 trading days a year
+    assert 400 <= panel.index.get_level_values("code").nunique() <= 500
+    members = panel["in_universe"].groupby(level="date").sum()
+    assert members.min() == members.max() == 300
+    assert 28 <= panel["industry"].nunique() <= 31
+    validate_panel(panel)
+
+
+def test_trading_calendar_skips_weekends_and_holidays(default_market) -> None:
+    days = default_market.truth.dates
+    assert (days.dayofweek < 5).all()
+    for holiday in ["2019-10-01", "2021-02-12", "2024-02-14", "2025-05-05"]:
+        assert pd.Timestamp(holiday) not in days
+
+
+def test_bars_are_intraday_consistent(default_market) -> None:
+    p = default_market.panel
+    assert (p["low"] <= p[["open", "close"]].min(axis=1)).all()
+    assert (p[["open", "close"]].max(axis=1) <= p["high"]).all()
+    assert (p[["open", "high", "low", "close"]] > 0).all().all()
+    assert (p["amount"] >= 0).all() and (p["volume"] >= 0).all()
+
+
+def test_price_limits_are_board_specific_and_hit(default_market) -> None:
+    p = default_market.panel
+    trading = p[~p["is_suspended"]]
+    ref = trading["up_limit"] / 1.1
+    codes = trading.index.get_level_values("code")
+    dates = trading.index.get_level_values("date")
+    main = ~codes.str[:3].isin(["300", "301", "688"])
+    ratio = (trading["up_limit"] / ((trading["up_limit"] + trading["down_limit"]) / 2))
+    assert np.allclose(ratio[main], 1.10, atol=0.012)
+    growth_late = codes.str[:3].isin(["300", "301"]) & (dates >= pd.Timestamp("2020-08-24"))
+    assert np.allclose(ratio[growth_late], 1.20, atol=0.012)
+    assert (trading["close"] <= trading["up_limit"]).all() and (trading["close"] >= trading["down_limit"]).all()
+    hit_up = (trading["close"] == trading["up_limit"]).mean()
+    hit_down = (trading["close"] == trading["down_limit"]).mean()
+    assert 0.001 < hit_up < 0.03 and 0.0005 < hit_down < 0.03
+    locked = (trading["open"] == trading["up_limit"]) & (trading["low"] == trading["up_limit"])
+    assert locked.sum() > 50  # days a stock opens at limit-up and cannot be bought
+    assert len(ref) == len(trading)
+
+
+def test_trading_life_suspensions_listings_delistings(default_market) -> None:
+    p = default_market.panel
+    susp = p[p["is_suspended"]]
+    assert 0.005 < p["is_suspended"].mean() < 0.04
+    assert (susp["volume"] == 0).all() and (susp["open"] == susp["close"]).all()
+    first = p.reset_index().groupby("code")["date"].agg(["min", "max"])
+    start, end = p.index.get_level_values("date").min(), p.index.get_level_values("date").max()
+    assert (first["min"] > start).sum() >= 40  # listings during the period
+    assert (first["max"] < end).sum() >= 15  # delistings: rows stop at the last day
+    star = first[first.index.str.startswith("688")]
+    assert (star["min"] >= pd.Timestamp("2019-07-22")).all()
+
+
+def test_membership_is_point_in_time_with_semiannual_reviews(default_market) -> None:
+    member = default_market.panel["in_universe"].unstack("code", fill_value=False).astype(int)
+    changed = member.diff().abs().sum(axis=1)
+    review = changed[changed >= 6].index  # a review swaps several names at once
+    assert set(review.month) <= {6, 12}
+    assert len(review) >= 14  # two per year over eight years
+    assert member.sum(axis=0).gt(0).sum() > 300  # more stocks than seats were members at some time
+
+
+def test_money_flow_columns_add_up(default_market) -> None:
+    p = default_market.panel
+    gross = sum(p[f"buy_{s}_amount"] + p[f"sell_{s}_amount"] for s in ("sm", "md", "lg", "elg"))
+    trading = p["amount"] > 0
+    assert np.allclose(gross[trading] / (2 * p["amount"][trading]), 1.0, atol=1e-3)
+    net = sum(p[f"buy_{s}_amount"] - p[f"sell_{s}_amount"] for s in ("sm", "md", "lg", "elg"))
+    assert np.allclose(net, p["net_mf_amount"])
+
+
+# The documented strengths (README, "The synthetic market"): measured mean daily rank IC against the default
+# label (T+1 to T+5 open), over index members, seed 42.
+EXPECTED = {
+    "money flow: main-force net inflow rate, 5-day mean": (0.025, 0.06),
+    "reversal: past 5-day return": (-0.045, -0.01),
+    "volatility: 20-day realized volatility": (-0.012, 0.012),
+    "slow drift (unobservable truth)": (0.06, 0.13),
+    "industry tilt in bull regimes": (0.025, 0.09),
+    "industry tilt in bear regimes": (-0.09, -0.025),
+    "label overlap: previous day's label (what a leaky fit sees)": (0.6, 0.9),
+}
+
+
+def test_planted_effects_have_their_documented_strength(default_market) -> None:
+    table = planted_effect_strengths(default_market)
+    for effect, (lo, hi) in EXPECTED.items():
+        ic = table.loc[effect, "rank_ic"]
+        assert lo <= ic <= hi, f"{effect}: rank IC {ic:.4f} outside [{lo}, {hi}]"
+    vol = table.loc["volatility: 20-day realized volatility"]
+    assert abs(vol["rank_ic"]) < 2.5 * vol["std_err"]  # no true predictive power
+    mf = table.loc["money flow: main-force net inflow rate, 5-day mean"]
+    assert mf["rank_ic"] > 5 * mf["std_err"]  # a real, if weak, signal
+
+
+def test_drift_is_slow_and_persists_for_weeks(default_market) -> None:
+    drift = default_market.truth.drift
+    lag20 = np.corrcoef(drift[20:].ravel(), drift[:-20].ravel())[0, 1]
+    assert 0.45 < lag20 < 0.75  # half-life about 25 trading days
+
+
+def test_regimes_alternate(default_market) -> None:
+    regime = default_market.truth.regime
+    switches = np.count_nonzero(np.diff(regime))
+    assert 3 <= switches <= 20 and 0.3 < (regime > 0).mean() < 0.7
+
+
+def test_bad_synthetic_config_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="n_members"):
+        SyntheticMarketConfig(n_stocks=100, n_members=100)
