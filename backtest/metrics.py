@@ -1,0 +1,630 @@
+"""Performance and ranking metrics: pure functions over return series and (date, code) panels.
+
+Conventions (all functions)
+---------------------------
+- ``returns`` : Series of simple daily returns indexed by date (e.g. ``PortfolioResult.returns``),
+  no NaN. 252 periods per year, risk-free rate 0, compounded returns.
+- ``sharpe = mean / std(ddof=1) * sqrt(252)``; ``sortino = mean / sqrt(sum(r[r<0]^2) / n) * sqrt(252)``;
+  ``ann_vol = std(ddof=1) * sqrt(252)``; ``cum_return = prod(1 + r) - 1``;
+  ``ann_return = (1 + cum_return) ** (252 / n) - 1``; ``max_drawdown`` = the lowest equity / running
+  peak - 1 with the equity starting at 1 before the first return (a negative fraction, 0 if never
+  under water). These equal quantstats 0.0.86's ``sharpe``, ``sortino``, ``volatility``, ``comp``,
+  ``cagr(returns, periods=252)`` (which counts periods, not calendar years) and ``max_drawdown`` on
+  the same series (tested to 1e-9).
+- Cross-sectional metrics take ``scores`` and ``labels`` as Series indexed by (date, code); they are
+  aligned on their common keys and rows with a NaN on either side are dropped.
+
+Headline keys are those of DESIGN.md ("Headline MLflow metric keys"); :func:`headline_metrics`
+returns them all (``n_folds`` is the engine's), NaN where the inputs for one were not given.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.stats import norm
+
+from backtest.errors import DataContractError, preview
+
+logger = logging.getLogger(__name__)
+
+PERIODS_PER_YEAR = 252
+EULER_GAMMA = 0.5772156649015329
+#: Mean block length (trading days) of the stationary bootstrap of the Sharpe ratio.
+DEFAULT_BLOCK_LENGTH = 10
+
+HEADLINE_KEYS: tuple[str, ...] = (
+    "sharpe",
+    "sortino",
+    "ann_return",
+    "cum_return",
+    "ann_vol",
+    "max_drawdown",
+    "win_rate_vs_ew",
+    "win_rate_vs_ew_daily",
+    "excess_ann_return",
+    "benchmark_ann_return",
+    "benchmark_sharpe",
+    "sharpe_ex_best_month",
+    "ann_return_ex_best_month",
+    "sharpe_ex_best_3_months",
+    "ann_return_ex_best_3_months",
+    "ic_mean",
+    "rank_ic_mean",
+    "icir",
+    "ndcg_at_5",
+    "turnover",
+    "psr",
+    "dsr",
+    "sharpe_ci_low",
+    "sharpe_ci_high",
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# Input checks
+
+
+def _returns_array(returns: pd.Series, name: str = "returns") -> np.ndarray:
+    if not isinstance(returns, pd.Series):
+        raise DataContractError(
+            f"{name} must be a pandas Series of daily returns indexed by date; received "
+            f"{type(returns).__name__}."
+        )
+    values = returns.to_numpy(np.float64)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        raise DataContractError(
+            f"{name} has {int(bad.sum())} NaN/inf values (e.g. on {preview(returns.index[bad], 3)}); a "
+            "return series must be complete. Fill days without a position with 0 before computing metrics."
+        )
+    if (values < -1).any():
+        raise DataContractError(f"{name} has returns below -100%; expected simple returns (0.01 = 1%).")
+    return values
+
+
+def _paired(strategy: pd.Series, benchmark: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    s = _returns_array(strategy, "strategy returns")
+    b = _returns_array(benchmark, "benchmark returns")
+    if not strategy.index.equals(benchmark.index):
+        raise DataContractError(
+            f"strategy and benchmark returns must share one date index; they have {len(strategy)} and "
+            f"{len(benchmark)} dates. Use PortfolioResult.returns and .benchmark_returns together."
+        )
+    return s, b
+
+
+# --------------------------------------------------------------------------------------------------
+# Return-series metrics
+
+
+def cum_return(returns: pd.Series) -> float:
+    """Compounded total return ``prod(1 + r) - 1`` of a Series of daily returns indexed by date."""
+    return float(np.prod(1.0 + _returns_array(returns)) - 1.0)
+
+
+def ann_return(returns: pd.Series, periods_per_year: int = PERIODS_PER_YEAR) -> float:
+    """Annualised compounded return ``(1 + cum_return) ** (periods_per_year / n) - 1``.
+
+    Equals ``quantstats.stats.cagr(returns, periods=periods_per_year)`` (0.0.86 counts periods, not
+    calendar years). NaN for an empty series.
+
+    >>> round(ann_return(pd.Series([0.01] * 126)), 6)  # 1.01 ** 252 - 1
+    11.274002
+    """
+    values = _returns_array(returns)
+    if len(values) == 0:
+        return float("nan")
+    return float(np.prod(1.0 + values) ** (periods_per_year / len(values)) - 1.0)
+
+
+def ann_vol(returns: pd.Series, periods_per_year: int = PERIODS_PER_YEAR) -> float:
+    """Annualised volatility ``std(ddof=1) * sqrt(periods_per_year)``; NaN with fewer than 2 returns."""
+    values = _returns_array(returns)
+    if len(values) < 2:
+        return float("nan")
+    return float(values.std(ddof=1) * np.sqrt(periods_per_year))
+
+
+def sharpe(returns: pd.Series, periods_per_year: int = PERIODS_PER_YEAR) -> float:
+    """Annualised Sharpe ratio ``mean / std(ddof=1) * sqrt(periods_per_year)``, risk-free 0.
+
+    NaN with fewer than 2 returns or zero volatility.
+
+    >>> round(sharpe(pd.Series([0.01, -0.01, 0.02, 0.0])), 6)  # 0.005 / 0.0129099 * sqrt(252)
+    6.14817
+    """
+    values = _returns_array(returns)
+    return _sharpe_of(values, periods_per_year)
+
+
+def _sharpe_of(values: np.ndarray, periods_per_year: int) -> float:
+    if len(values) < 2:
+        return float("nan")
+    std = values.std(ddof=1)
+    if not std > 0:
+        return float("nan")
+    return float(values.mean() / std * np.sqrt(periods_per_year))
+
+
+def sortino(returns: pd.Series, periods_per_year: int = PERIODS_PER_YEAR) -> float:
+    """Annualised Sortino ratio ``mean / sqrt(sum(r[r < 0]^2) / n) * sqrt(periods_per_year)``.
+
+    The downside deviation divides by all ``n`` periods (as quantstats does). NaN without a loss.
+    """
+    values = _returns_array(returns)
+    if len(values) == 0:
+        return float("nan")
+    downside = np.sqrt(np.sum(np.minimum(values, 0.0) ** 2) / len(values))
+    if not downside > 0:
+        return float("nan")
+    return float(values.mean() / downside * np.sqrt(periods_per_year))
+
+
+def max_drawdown(returns: pd.Series) -> float:
+    """Largest peak-to-trough loss of the equity curve, a negative fraction (0 if never under water).
+
+    The equity starts at 1 before the first return, so a loss on day one counts.
+
+    >>> max_drawdown(pd.Series([0.1, -0.5, 0.2]))
+    -0.5
+    """
+    values = _returns_array(returns)
+    if len(values) == 0:
+        return float("nan")
+    equity = np.cumprod(1.0 + values)
+    peak = np.maximum.accumulate(np.maximum(equity, 1.0))
+    return float(min((equity / peak).min() - 1.0, 0.0))
+
+
+def excess_ann_return(strategy: pd.Series, benchmark: pd.Series, periods_per_year: int = PERIODS_PER_YEAR) -> float:
+    """``ann_return(strategy) - ann_return(benchmark)`` (difference of annualised returns)."""
+    _paired(strategy, benchmark)
+    return ann_return(strategy, periods_per_year) - ann_return(benchmark, periods_per_year)
+
+
+def win_rate_vs_ew(period_returns: pd.DataFrame) -> float:
+    """Fraction of rebalance periods in which the strategy beat the equal-weight benchmark.
+
+    Parameters
+    ----------
+    period_returns : DataFrame, one row per rebalance period
+        Columns ``strategy`` and ``benchmark``: compounded net returns of each period
+        (``PortfolioResult.periods``). A tie is not a win.
+
+    >>> win_rate_vs_ew(pd.DataFrame({"strategy": [0.02, -0.01, 0.0], "benchmark": [0.01, 0.0, 0.0]}))
+    0.3333333333333333
+    """
+    missing = {"strategy", "benchmark"} - set(getattr(period_returns, "columns", []))
+    if missing:
+        raise DataContractError(
+            f"period_returns must be a DataFrame with columns 'strategy' and 'benchmark' (one row per "
+            f"rebalance period, e.g. PortfolioResult.periods); missing {sorted(missing)}."
+        )
+    s = period_returns["strategy"].to_numpy(np.float64)
+    b = period_returns["benchmark"].to_numpy(np.float64)
+    if len(s) == 0:
+        return float("nan")
+    return float(np.mean(s > b))
+
+
+def win_rate_vs_ew_daily(strategy: pd.Series, benchmark: pd.Series) -> float:
+    """Fraction of days on which the strategy's return beat the benchmark's (a tie is not a win)."""
+    s, b = _paired(strategy, benchmark)
+    if len(s) == 0:
+        return float("nan")
+    return float(np.mean(s > b))
+
+
+def drop_best_months(returns: pd.Series, n_months: int = 1) -> pd.Series:
+    """``returns`` without the days of its ``n_months`` best calendar months.
+
+    Months are ranked by their compounded return ``prod(1 + r) - 1`` over the days of the series that
+    fall in them (a tie goes to the earlier month).
+
+    Parameters
+    ----------
+    returns : Series indexed by date (DatetimeIndex)
+    n_months : int, >= 0
+
+    Returns
+    -------
+    Series indexed by date, the remaining days in their original order.
+    """
+    _returns_array(returns)
+    if not isinstance(returns.index, pd.DatetimeIndex):
+        raise DataContractError(
+            f"drop_best_months needs returns indexed by a DatetimeIndex; received {type(returns.index).__name__}."
+        )
+    if n_months <= 0:
+        return returns
+    months = returns.index.to_period("M")
+    monthly = (1.0 + returns).groupby(months).prod() - 1.0
+    best = monthly.sort_values(ascending=False, kind="stable").index[:n_months]
+    return returns[~months.isin(best)]
+
+
+# --------------------------------------------------------------------------------------------------
+# Probabilistic and deflated Sharpe ratio (Bailey & Lopez de Prado)
+
+
+def psr(returns: pd.Series, sharpe_benchmark: float = 0.0) -> float:
+    """Probabilistic Sharpe ratio: the probability that the true Sharpe exceeds ``sharpe_benchmark``.
+
+    ``PSR = Phi((SR - SR*) * sqrt(n - 1) / sqrt(1 - skew * SR + (kurt - 1) / 4 * SR^2))`` with the
+    per-period (not annualised) ``SR = mean / std(ddof=1)``, ``skew`` and ``kurt`` (raw, 3 for a
+    normal) the bias-corrected sample moments of pandas (Bailey & Lopez de Prado 2012). With
+    ``sharpe_benchmark=0`` it equals ``quantstats.stats.probabilistic_sharpe_ratio``.
+
+    Parameters
+    ----------
+    returns : Series of daily returns indexed by date
+    sharpe_benchmark : float
+        ``SR*``, per period (divide an annualised value by ``sqrt(252)``).
+    """
+    values = _returns_array(returns)
+    if len(values) < 4:
+        return float("nan")
+    std = values.std(ddof=1)
+    if not std > 0:
+        return float("nan")
+    sr = values.mean() / std
+    series = pd.Series(values)
+    skew = float(series.skew())
+    kurt = float(series.kurt()) + 3.0
+    variance = 1.0 - skew * sr + (kurt - 1.0) / 4.0 * sr**2
+    if not variance > 0:
+        return float("nan")
+    return float(norm.cdf((sr - sharpe_benchmark) * np.sqrt(len(values) - 1) / np.sqrt(variance)))
+
+
+def expected_max_sharpe(n_trials: int, trial_sharpe_var: float) -> float:
+    """Expected maximum of ``n_trials`` Sharpe ratios with zero mean and variance ``trial_sharpe_var``.
+
+    ``sqrt(V) * ((1 - g) * Phi^-1(1 - 1/N) + g * Phi^-1(1 - 1/(N e)))`` with ``g`` the Euler-Mascheroni
+    constant; defined as 0 for ``N = 1`` or ``V = 0`` (one trial selects nothing). Units are those of
+    ``trial_sharpe_var`` (its square root).
+    """
+    if n_trials < 1 or trial_sharpe_var < 0:
+        raise DataContractError(
+            f"expected_max_sharpe needs n_trials >= 1 and trial_sharpe_var >= 0; received "
+            f"n_trials={n_trials}, trial_sharpe_var={trial_sharpe_var}."
+        )
+    if n_trials == 1 or trial_sharpe_var == 0:
+        return 0.0
+    quantiles = (1 - EULER_GAMMA) * norm.ppf(1 - 1 / n_trials) + EULER_GAMMA * norm.ppf(1 - 1 / (n_trials * np.e))
+    return float(np.sqrt(trial_sharpe_var) * quantiles)
+
+
+def dsr(
+    returns: pd.Series,
+    n_trials: int = 1,
+    trial_sharpe_var: float = 0.0,
+    periods_per_year: int = PERIODS_PER_YEAR,
+) -> float:
+    """Deflated Sharpe ratio: PSR against the Sharpe expected from the best of ``n_trials`` tries.
+
+    ``DSR = psr(returns, SR0)`` with ``SR0 = expected_max_sharpe(n_trials, trial_sharpe_var /
+    periods_per_year)`` (Bailey & Lopez de Prado 2014).
+
+    Parameters
+    ----------
+    returns : Series of daily returns indexed by date, of the selected trial
+    n_trials : int
+        Number of (independent) configurations tried, the selected one included.
+    trial_sharpe_var : float
+        Variance across the trials of their **annualised** Sharpe ratios (the ``sharpe`` metric of
+        each run, ``np.var(sharpes, ddof=1)``); converted to per-period units internally.
+
+    Convention: ``n_trials=1`` (or zero variance) gives ``SR0 = 0``, i.e. ``dsr == psr`` vs 0.
+    """
+    sr0 = expected_max_sharpe(n_trials, trial_sharpe_var / periods_per_year)
+    return psr(returns, sharpe_benchmark=sr0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Bootstrap confidence interval of the Sharpe ratio
+
+
+def stationary_bootstrap_indices(
+    n: int, n_boot: int, rng: np.random.Generator, block_length: float = DEFAULT_BLOCK_LENGTH
+) -> np.ndarray:
+    """Index matrix (n_boot, n) of the stationary bootstrap (Politis & Romano 1994).
+
+    Each resample is a chain of blocks of consecutive days (wrapping around the end) with random
+    starts and geometric lengths of mean ``block_length``: the blocks keep the short-range
+    autocorrelation of overlapping holding periods that an i.i.d. bootstrap would destroy.
+    """
+    if n < 1 or n_boot < 1 or block_length < 1:
+        raise DataContractError(
+            f"bootstrap needs n >= 1, n_boot >= 1, block_length >= 1; got {n}, {n_boot}, {block_length}."
+        )
+    new_block = rng.random((n_boot, n)) < 1.0 / block_length
+    new_block[:, 0] = True
+    starts = rng.integers(0, n, size=(n_boot, n))
+    position = np.arange(n)[None, :]
+    block_start = np.maximum.accumulate(np.where(new_block, position, 0), axis=1)  # (n_boot, n)
+    start_value = np.take_along_axis(starts, block_start, axis=1)
+    return (start_value + position - block_start) % n
+
+
+def sharpe_ci(
+    returns: pd.Series,
+    rng: np.random.Generator,
+    n_boot: int = 1000,
+    block_length: float = DEFAULT_BLOCK_LENGTH,
+    confidence: float = 0.95,
+    periods_per_year: int = PERIODS_PER_YEAR,
+) -> tuple[float, float]:
+    """Percentile confidence interval of the annualised Sharpe ratio by stationary block bootstrap.
+
+    Parameters
+    ----------
+    returns : Series of daily returns indexed by date
+    rng : numpy Generator
+        Pass a seeded generator (``np.random.default_rng(seed)``) for a reproducible interval.
+    n_boot : int
+        Number of resamples.
+    block_length : float
+        Mean block length in trading days (default 10: two weeks, longer than the 5-day holding
+        period whose overlap makes daily returns autocorrelated).
+    confidence : float
+        Two-sided coverage (0.95 gives the 2.5% and 97.5% percentiles).
+
+    Returns
+    -------
+    (low, high) : floats; NaN for fewer than 2 returns.
+    """
+    values = _returns_array(returns)
+    if len(values) < 2:
+        return float("nan"), float("nan")
+    idx = stationary_bootstrap_indices(len(values), n_boot, rng, block_length)
+    samples = values[idx]  # (n_boot, n)
+    std = samples.std(axis=1, ddof=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratios = np.where(std > 0, samples.mean(axis=1) / std * np.sqrt(periods_per_year), np.nan)
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    low, high = np.nanpercentile(ratios, [tail, 100.0 - tail])
+    return float(low), float(high)
+
+
+# --------------------------------------------------------------------------------------------------
+# Cross-sectional ranking quality
+
+
+def _aligned(scores: pd.Series, labels: pd.Series, what: str) -> pd.DataFrame:
+    for name, obj in (("scores", scores), (what, labels)):
+        if not isinstance(obj, pd.Series) or obj.index.nlevels != 2:
+            raise DataContractError(
+                f"{name} must be a Series indexed by (date, code); received {type(obj).__name__} with "
+                f"{getattr(getattr(obj, 'index', None), 'nlevels', '?')} index level(s)."
+            )
+    frame = pd.concat({"score": scores, "label": labels}, axis=1, join="inner").dropna()
+    if len(frame) == 0:
+        raise DataContractError(
+            f"scores and {what} have no (date, code) key with a value on both sides; check that they "
+            "cover the same dates and codes."
+        )
+    return frame
+
+
+def _daily_pearson(frame: pd.DataFrame) -> pd.Series:
+    days = frame.index.get_level_values(0)
+    grouped = frame.groupby(days)
+    centred = frame - grouped.transform("mean")
+    sums = pd.DataFrame(
+        {
+            "xy": centred["score"] * centred["label"],
+            "xx": centred["score"] ** 2,
+            "yy": centred["label"] ** 2,
+        }
+    ).groupby(days).sum()
+    constant = (grouped.max() == grouped.min()).any(axis=1) | (grouped.size() < 2)
+    ic = sums["xy"] / np.sqrt(sums["xx"] * sums["yy"])
+    ic[constant.to_numpy()] = np.nan
+    ic.index.name = "date"
+    return ic
+
+
+def daily_ic(scores: pd.Series, labels: pd.Series, method: str = "pearson") -> pd.Series:
+    """Cross-sectional correlation of scores with labels on each day.
+
+    Parameters
+    ----------
+    scores, labels : Series indexed by (date, code)
+        Labels are the realised forward returns (or their cross-sectional transform) of each sample.
+    method : {"pearson", "spearman"}
+        ``pearson`` gives the IC, ``spearman`` (Pearson of average ranks) the rank IC.
+
+    Returns
+    -------
+    Series indexed by date; NaN on days with fewer than 2 names or a constant side.
+    """
+    if method not in ("pearson", "spearman"):
+        raise DataContractError(f"method must be 'pearson' or 'spearman'; received {method!r}.")
+    frame = _aligned(scores, labels, "labels")
+    if method == "spearman":
+        frame = frame.groupby(level=0).rank(method="average")
+    return _daily_pearson(frame)
+
+
+def ic_mean(scores: pd.Series, labels: pd.Series) -> float:
+    """Mean daily Pearson IC over the days where it is defined."""
+    return float(daily_ic(scores, labels, "pearson").mean())
+
+
+def rank_ic_mean(scores: pd.Series, labels: pd.Series) -> float:
+    """Mean daily rank (Spearman) IC over the days where it is defined."""
+    return float(daily_ic(scores, labels, "spearman").mean())
+
+
+def icir(scores: pd.Series, labels: pd.Series) -> float:
+    """Information ratio of the rank IC: ``mean / std(ddof=1)`` of the daily rank IC (not annualised)."""
+    ic = daily_ic(scores, labels, "spearman").dropna()
+    if len(ic) < 2 or not ic.std(ddof=1) > 0:
+        return float("nan")
+    return float(ic.mean() / ic.std(ddof=1))
+
+
+def daily_ndcg(scores: pd.Series, relevance: pd.Series, k: int = 5, gain: str = "exponential") -> pd.Series:
+    """NDCG@k of each day's ranking by score.
+
+    ``DCG@k = sum_{i < k} g(rel_i) / log2(i + 2)`` over the names sorted by score (descending; ties in
+    code order, like LightGBM's stable sort of a (date, code)-sorted query), divided by the DCG of the
+    ideal order. ``g(rel) = 2^rel - 1`` (``gain="exponential"``, LightGBM's default ``label_gain``)
+    or ``g(rel) = rel`` (``"linear"``).
+
+    Parameters
+    ----------
+    scores : Series indexed by (date, code)
+    relevance : Series indexed by (date, code), >= 0
+        Label bins (0..9) or non-negative gains.
+    k : int
+
+    Returns
+    -------
+    Series indexed by date; NaN on days whose relevance is all 0 (LightGBM counts those as 1).
+    """
+    if gain not in ("exponential", "linear"):
+        raise DataContractError(f"gain must be 'exponential' or 'linear'; received {gain!r}.")
+    frame = _aligned(scores, relevance, "relevance")
+    rel = frame["label"].to_numpy(np.float64)
+    if (rel < 0).any():
+        raise DataContractError(
+            "NDCG needs non-negative relevance (label bins or gains); received negative values. "
+            "Pass the binned label (0..9), not raw returns."
+        )
+    day_codes, days = pd.factorize(frame.index.get_level_values(0), sort=True)
+    code_codes = pd.factorize(frame.index.get_level_values(1), sort=True)[0]
+    gains = np.exp2(rel) - 1.0 if gain == "exponential" else rel
+
+    def dcg(order: np.ndarray) -> np.ndarray:
+        day_sorted = day_codes[order]
+        first = np.r_[0, np.flatnonzero(np.diff(day_sorted)) + 1]
+        starts = np.repeat(first, np.diff(np.r_[first, len(order)]))
+        rank = np.arange(len(order)) - starts
+        weight = np.where(rank < k, 1.0 / np.log2(rank + 2.0), 0.0)
+        return np.bincount(day_sorted, gains[order] * weight, minlength=len(days))
+
+    actual = dcg(np.lexsort((code_codes, -frame["score"].to_numpy(np.float64), day_codes)))
+    ideal = dcg(np.lexsort((code_codes, -rel, day_codes)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ndcg = np.where(ideal > 0, actual / ideal, np.nan)
+    return pd.Series(ndcg, index=pd.DatetimeIndex(days, name="date"), name=f"ndcg_at_{k}")
+
+
+def ndcg_at_k(scores: pd.Series, relevance: pd.Series, k: int = 5, gain: str = "exponential") -> float:
+    """Mean of :func:`daily_ndcg` over the days where it is defined."""
+    return float(daily_ndcg(scores, relevance, k, gain).mean())
+
+
+# --------------------------------------------------------------------------------------------------
+# Tables and the headline dictionary
+
+
+def per_year_table(strategy: pd.Series, benchmark: pd.Series) -> pd.DataFrame:
+    """One row per calendar year of the return index.
+
+    Returns
+    -------
+    DataFrame indexed by ``year`` (int) with columns ``n_days``, ``return``, ``benchmark_return``,
+    ``excess_return`` (difference of the compounded returns of the year), ``sharpe``, ``ann_vol``,
+    ``max_drawdown`` (within the year) and ``win_rate_vs_ew_daily``.
+    """
+    _paired(strategy, benchmark)
+    rows = {}
+    for year, days in strategy.groupby(strategy.index.year).groups.items():
+        s, b = strategy.loc[days], benchmark.loc[days]
+        rows[int(year)] = {
+            "n_days": len(s),
+            "return": cum_return(s),
+            "benchmark_return": cum_return(b),
+            "excess_return": cum_return(s) - cum_return(b),
+            "sharpe": sharpe(s),
+            "ann_vol": ann_vol(s),
+            "max_drawdown": max_drawdown(s),
+            "win_rate_vs_ew_daily": win_rate_vs_ew_daily(s, b),
+        }
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.index.name = "year"
+    return table
+
+
+def headline_metrics(
+    strategy: pd.Series,
+    benchmark: pd.Series,
+    period_returns: pd.DataFrame,
+    *,
+    scores: pd.Series | None = None,
+    labels: pd.Series | None = None,
+    relevance: pd.Series | None = None,
+    turnover: float | None = None,
+    n_trials: int = 1,
+    trial_sharpe_var: float = 0.0,
+    rng: np.random.Generator | None = None,
+    n_boot: int = 1000,
+    block_length: float = DEFAULT_BLOCK_LENGTH,
+) -> dict[str, float]:
+    """All headline metrics of one backtest, keyed as in DESIGN.md (plus a few extras).
+
+    Parameters
+    ----------
+    strategy, benchmark : Series of daily net returns indexed by the same dates
+        ``PortfolioResult.returns`` and ``.benchmark_returns``.
+    period_returns : DataFrame with columns ``strategy`` and ``benchmark``
+        One row per rebalance period (``PortfolioResult.periods``), for ``win_rate_vs_ew``.
+    scores, labels : Series indexed by (date, code), optional
+        Out-of-sample scores and realised forward returns, for ``ic_mean``, ``rank_ic_mean``, ``icir``.
+    relevance : Series indexed by (date, code), optional
+        Relevance bins for ``ndcg_at_5``.
+    turnover : float, optional
+        Annualised one-way turnover (``PortfolioResult.annual_turnover``).
+    n_trials, trial_sharpe_var : int, float
+        For ``dsr`` (see :func:`dsr`); the defaults make ``dsr == psr``.
+    rng : numpy Generator, optional
+        Seeded generator for ``sharpe_ci_low`` / ``sharpe_ci_high``; without one they are NaN.
+
+    Returns
+    -------
+    dict[str, float] with every key of ``HEADLINE_KEYS`` (NaN where the inputs were not given or the
+    value is undefined). Extras beyond DESIGN.md: ``win_rate_vs_ew_daily``, ``benchmark_ann_return``,
+    ``benchmark_sharpe``, ``sharpe_ci_low``, ``sharpe_ci_high``.
+    """
+    _paired(strategy, benchmark)
+    nan = float("nan")
+    out: dict[str, float] = {
+        "sharpe": sharpe(strategy),
+        "sortino": sortino(strategy),
+        "ann_return": ann_return(strategy),
+        "cum_return": cum_return(strategy),
+        "ann_vol": ann_vol(strategy),
+        "max_drawdown": max_drawdown(strategy),
+        "win_rate_vs_ew": win_rate_vs_ew(period_returns),
+        "win_rate_vs_ew_daily": win_rate_vs_ew_daily(strategy, benchmark),
+        "excess_ann_return": excess_ann_return(strategy, benchmark),
+        "benchmark_ann_return": ann_return(benchmark),
+        "benchmark_sharpe": sharpe(benchmark),
+    }
+    for n_months, suffix in ((1, "month"), (3, "3_months")):
+        rest = drop_best_months(strategy, n_months)
+        out[f"sharpe_ex_best_{suffix}"] = sharpe(rest)
+        out[f"ann_return_ex_best_{suffix}"] = ann_return(rest)
+    if scores is not None and labels is not None:
+        out["ic_mean"] = ic_mean(scores, labels)
+        out["rank_ic_mean"] = rank_ic_mean(scores, labels)
+        out["icir"] = icir(scores, labels)
+    else:
+        out.update(ic_mean=nan, rank_ic_mean=nan, icir=nan)
+    out["ndcg_at_5"] = ndcg_at_k(scores, relevance, 5) if scores is not None and relevance is not None else nan
+    out["turnover"] = float(turnover) if turnover is not None else nan
+    out["psr"] = psr(strategy)
+    out["dsr"] = dsr(strategy, n_trials, trial_sharpe_var)
+    if rng is not None:
+        out["sharpe_ci_low"], out["sharpe_ci_high"] = sharpe_ci(strategy, rng, n_boot, block_length)
+    else:
+        out.update(sharpe_ci_low=nan, sharpe_ci_high=nan)
+    assert set(out) == set(HEADLINE_KEYS), set(out) ^ set(HEADLINE_KEYS)
+    return {key: out[key] for key in HEADLINE_KEYS}

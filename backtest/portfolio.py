@@ -1,0 +1,727 @@
+"""Top-k portfolio simulation: from daily scores to net daily returns, positions and trades.
+
+One plain function, :func:`simulate`, turns model scores into the returns a researcher could have
+earned: it picks the top ``k`` eligible stocks on each rebalance day, trades them at the next open
+under China A-share rules (suspensions, price limits, commission, stamp duty, slippage), marks the
+book open-to-open on adjusted prices, and runs an equal-weight benchmark of every eligible stock
+through exactly the same machinery.
+
+Timing (see DESIGN.md, "Timing convention")
+-------------------------------------------
+- Scores of day ``t`` are decided after the close of ``t``; the trades they cause execute at the open
+  of ``t+1`` (the next trading day of the panel), at the raw open price.
+- Rebalancing happens every ``rebalance_every`` score dates: on the 1st, (n+1)th, (2n+1)th, ... date
+  that carries scores. Scores on the other dates are ignored.
+- The return booked on day ``d`` is the open-to-open return of the book held from the open of ``d`` to
+  the open of ``d+1``::
+
+      r[d] = V(open d+1) / V(open d, before trading) - 1
+
+  so the first return of a rebalance executed at the open of ``t+1`` is dated ``t+1`` and equals the
+  holdings' ``open(t+2) / open(t+1) - 1`` (weighted, net of the costs paid at the open of ``t+1``).
+  Example, one stock bought at the open of Tue 2024-01-02 (decided after Mon's close), opens at 10.0
+  on Tue, 11.0 on Wed, 9.9 on Thu, no costs: ``r[Tue] = 11/10 - 1 = 0.10``,
+  ``r[Wed] = 9.9/11 - 1 = -0.10``. The return of day ``d`` is known at the open of ``d+1``.
+- Prices are marked with ``adjusted_price(panel, "open")`` (raw open times ``adj_factor``), so
+  dividends and splits do not create fake returns. A holding that cannot trade on a day (suspended,
+  no row, no price) carries its last mark: a return of 0 until it trades again.
+- A panel without ``open`` is traded and marked at ``close`` instead (logged once); the timing is then
+  close(t+1) to close(t+2).
+
+Tradability on the execution day ``e = t+1``
+--------------------------------------------
+- Suspended on ``e`` (``is_suspended``, or no row on ``e`` while the stock still has later rows, or
+  no finite fill price): cannot trade at all; a holding keeps its weight ("frozen").
+- Opens at limit-up: cannot be bought. A ranked stock that cannot be bought is skipped and the next
+  ranked eligible stock takes its place. A stock already held that is still in the top ``k`` is kept
+  (it is not replaced because it cannot be topped up); its weight cannot grow.
+- Opens at limit-down: cannot be sold. A holding that should be sold or reduced keeps its weight.
+  Names kept this way outside the new top ``k`` do not count towards ``k``: the top ``k`` share the
+  rest of the book.
+- Limit prices are compared with the raw fill price: ``up_limit`` / ``down_limit`` when the panel has
+  them (per cell), else ``round(ref * (1 +/- L), 2)`` where ``ref`` is the previous raw close
+  (ex-rights adjusted by ``adj_factor`` when present) and ``L`` the board limit: 20% for STAR
+  (``688``) and for ChiNext (``300``/``301``) from 2020-08-24 on, 10% otherwise (ST 5% and the
+  Beijing exchange are not modelled). A fill within half a tick (0.005 CNY) of the limit counts as
+  at the limit. A stock without a previous close (listing day) is never at a limit.
+- Delisted (no rows on or after ``e``): a holding is sold at its last mark at the next rebalance,
+  with normal costs; it earns 0 in between.
+
+Weights
+-------
+The ``k`` picks get ``equal`` weights or ``softmax(score / temperature)`` weights; with
+``max_weight`` every pick is capped and the excess is redistributed to the uncapped picks in
+proportion to their weights, repeatedly (water-filling). If every pick is capped the remainder stays
+in cash (e.g. 5 names capped at 15% hold 25% cash). Weights that cannot move (frozen, kept at a
+limit) are taken as they are and the others share the rest of the book. Between rebalances the
+weights drift with prices (buy and hold).
+
+Costs (fractions of traded value, all configurable)
+---------------------------------------------------
+``commission`` on buys and sells (default 0.025%, broker minimum ignored), ``stamp_duty`` on sells
+only (default 0.05%, the rate since 2023-08-28; use 0.001 for earlier periods), ``slippage`` on buys
+and sells (default 0.1%). A rebalance is self-financing: the new targets are scaled so that
+``targets + costs`` equal the value freed for trading; the scale is solved exactly (fixed point).
+For example building a book from cash costs ``c = (commission + slippage) * F'`` with
+``F' = 1 / (1 + commission + slippage)`` invested. The cost is part of the first day's return.
+
+Turnover of a rebalance is ``sum(|post-trade value - pre-trade value|) / 2`` in fractions of the
+pre-trade book (one-way: replacing a full book is 1.0; building it from cash is 0.5).
+``PortfolioResult.annual_turnover`` is the sum over rebalances times ``252 / number of return days``.
+
+Benchmark
+---------
+An equal-weight book of all eligible stocks (in the universe on ``t`` and with a finite score),
+rebalanced on the same dates under the same tradability rules, costs and accounting.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from backtest.data.panel import WideGrid, adjusted_price
+from backtest.errors import ConfigError, DataContractError, preview
+
+logger = logging.getLogger(__name__)
+
+TRADING_DAYS_PER_YEAR = 252
+#: Half an A-share price tick (CNY): a fill this close to a limit price counts as at the limit.
+LIMIT_TOLERANCE = 0.005
+#: ChiNext (300/301) moved from a 10% to a 20% daily limit on this date.
+CHINEXT_20PCT_FROM = pd.Timestamp("2020-08-24")
+_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class PortfolioSpec:
+    """How scores become a portfolio.
+
+    Parameters
+    ----------
+    top_k : int
+        Number of stocks bought on each rebalance (default 5).
+    rebalance_every : int
+        Rebalance on every ``rebalance_every``-th date that carries scores (default 5: weekly on daily
+        scores).
+    weighting : {"equal", "softmax"}
+        Equal weights, or ``softmax(score / temperature)`` over the picks.
+    temperature : float
+        Softmax temperature, in score units (> 0). Larger is closer to equal weight.
+    max_weight : float or None
+        Cap per name as a fraction of the book (0 < cap <= 1); excess is redistributed to the uncapped
+        picks, and what cannot be placed stays in cash.
+    commission : float
+        Commission per side as a fraction of traded value (default 0.00025).
+    stamp_duty : float
+        Stamp duty on sells as a fraction of traded value (default 0.0005, the rate since 2023-08-28).
+    slippage : float
+        Slippage per side as a fraction of traded value (default 0.001).
+    """
+
+    top_k: int = 5
+    rebalance_every: int = 5
+    weighting: Literal["equal", "softmax"] = "equal"
+    temperature: float = 1.0
+    max_weight: float | None = None
+    commission: float = 0.00025
+    stamp_duty: float = 0.0005
+    slippage: float = 0.001
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not isinstance(self.top_k, (int, np.integer)) or isinstance(self.top_k, bool) or self.top_k < 1:
+            problems.append(f"top_k must be an integer >= 1, got {self.top_k!r}")
+        if (
+            not isinstance(self.rebalance_every, (int, np.integer))
+            or isinstance(self.rebalance_every, bool)
+            or self.rebalance_every < 1
+        ):
+            problems.append(f"rebalance_every must be an integer >= 1, got {self.rebalance_every!r}")
+        if self.weighting not in ("equal", "softmax"):
+            problems.append(f"weighting must be 'equal' or 'softmax', got {self.weighting!r}")
+        if not (np.isfinite(self.temperature) and self.temperature > 0):
+            problems.append(f"temperature must be a finite number > 0, got {self.temperature!r}")
+        if self.max_weight is not None and not (0 < self.max_weight <= 1):
+            problems.append(f"max_weight must be in (0, 1] or null, got {self.max_weight!r}")
+        for name in ("commission", "stamp_duty", "slippage"):
+            value = getattr(self, name)
+            if not (np.isfinite(value) and 0 <= value < 0.1):
+                problems.append(f"{name} must be a fraction of traded value in [0, 0.1), got {value!r}")
+        if problems:
+            raise ConfigError(
+                "Invalid portfolio spec (conf/portfolio): " + "; ".join(problems) + ". Fix these keys."
+            )
+
+
+@dataclass(frozen=True)
+class PortfolioResult:
+    """What :func:`simulate` returns.
+
+    Attributes
+    ----------
+    returns : Series indexed by date
+        Net daily open-to-open returns of the strategy (see the module docstring for the dating).
+    benchmark_returns : Series indexed by date
+        The same for the equal-weight benchmark; same index as ``returns``.
+    positions : DataFrame, columns ``date, code, weight``
+        Strategy weights at the open of each return day, after that day's trades, as fractions of
+        the book; cash is ``1 - sum(weight)`` of the day.
+    trades : DataFrame, columns ``date, decision_date, code, side, weight_before, weight_after,
+        traded, cost``
+        Strategy trades at the open of ``date``: weights before (pre-trade book) and after (post-trade
+        book), ``traded`` = |value change| as a fraction of the pre-trade book, ``cost`` likewise.
+    blocked : DataFrame, columns ``date, decision_date, code, reason``
+        Strategy names that could not be traded as wished: ``limit_up`` / ``suspended`` (ranked high
+        enough but not bought), ``limit_down`` / ``suspended`` (held, could not be sold or reduced).
+    turnover : Series indexed by decision date
+        One-way strategy turnover of each rebalance.
+    rebalance_dates : DatetimeIndex
+        Decision dates ``t`` of the rebalances that were executed.
+    periods : DataFrame indexed by ``decision_date``
+        One row per rebalance: ``execution_date``, ``end_date`` (last return day of the period),
+        ``n_days``, ``strategy`` and ``benchmark`` (compounded net returns of the period),
+        ``excess``, ``turnover``, ``cost``, ``benchmark_turnover``, ``benchmark_cost``,
+        ``n_holdings``.
+    spec : PortfolioSpec
+    """
+
+    returns: pd.Series
+    benchmark_returns: pd.Series
+    positions: pd.DataFrame
+    trades: pd.DataFrame
+    blocked: pd.DataFrame
+    turnover: pd.Series
+    rebalance_dates: pd.DatetimeIndex
+    periods: pd.DataFrame
+    spec: PortfolioSpec = field(repr=False)
+
+    @property
+    def annual_turnover(self) -> float:
+        """Average one-way turnover per year: ``sum(turnover) * 252 / len(returns)``."""
+        if len(self.returns) == 0:
+            return float("nan")
+        return float(self.turnover.sum() * TRADING_DAYS_PER_YEAR / len(self.returns))
+
+
+def allocate(scores: np.ndarray, spec: PortfolioSpec, budget: float = 1.0) -> np.ndarray:
+    """Weights of the picks under ``spec`` (equal or softmax, then the per-name cap).
+
+    Parameters
+    ----------
+    scores : 1-d float array, shape (n_picks,)
+        Scores of the picks (only used by softmax).
+    spec : PortfolioSpec
+    budget : float
+        Fraction of the book to distribute (1.0 = whole book).
+
+    Returns
+    -------
+    1-d float64 array, shape (n_picks,), summing to ``budget`` unless the cap leaves cash.
+
+    Examples
+    --------
+    >>> spec = PortfolioSpec(weighting="softmax", temperature=1.0, max_weight=0.5)
+    >>> allocate(np.log([6.0, 3.0, 1.0]), spec).round(4).tolist()
+    [0.5, 0.375, 0.125]
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    n = len(scores)
+    if n == 0 or budget <= 0:
+        return np.zeros(n)
+    if spec.weighting == "equal":
+        base = np.full(n, 1.0 / n)
+    else:
+        z = scores / spec.temperature
+        z = np.exp(z - z.max())
+        base = z / z.sum()
+    weights = budget * base
+    if spec.max_weight is None:
+        return weights
+    cap = spec.max_weight
+    capped = np.zeros(n, dtype=bool)
+    while True:
+        over = ~capped & (weights > cap + _EPS)
+        if not over.any():
+            return weights
+        capped |= over
+        weights[capped] = cap
+        free = ~capped
+        remaining = budget - cap * capped.sum()
+        if not free.any() or remaining <= 0:
+            weights[free] = 0.0
+            return weights
+        weights[free] = remaining * base[free] / base[free].sum()
+
+
+# --------------------------------------------------------------------------------------------------
+# Market data on the (date x code) grid
+
+
+@dataclass(frozen=True)
+class _Market:
+    """The panel on the (date x code) grid, as :func:`simulate` needs it. All matrices are (T, N)."""
+
+    grid: WideGrid
+    ret: np.ndarray  # open-to-open return of day d (0 where unknown; last row 0)
+    tradable: np.ndarray  # bool: has a row, not suspended, finite positive fill and mark
+    at_up: np.ndarray  # bool: fill price at the limit-up price
+    at_down: np.ndarray  # bool: fill price at the limit-down price
+    last_row: np.ndarray  # (N,) last grid row on which the code has a panel row
+    in_universe: np.ndarray | None  # bool, point-in-time membership
+
+    def flags_at(self, row: int) -> dict[str, np.ndarray]:
+        """Tradability of every code at the open of ``row``, each of shape (N,)."""
+        tradable = self.tradable[row]
+        delisted = self.last_row < row
+        return {
+            "tradable": tradable,
+            "can_buy": tradable & ~self.at_up[row],
+            "can_sell": (tradable & ~self.at_down[row]) | delisted,
+            "at_up": self.at_up[row],
+        }
+
+
+def _limit_prices(panel: pd.DataFrame, grid: WideGrid) -> tuple[np.ndarray, np.ndarray]:
+    """Limit-up and limit-down prices (T, N): the panel's columns per cell, else the board rule."""
+    up = np.full(grid.shape, np.nan)
+    down = np.full(grid.shape, np.nan)
+    for name, out in (("up_limit", up), ("down_limit", down)):
+        if name in panel.columns:
+            out[:] = grid.to_wide(panel[name].to_numpy(np.float64), dtype=np.float64)
+    missing = ~(np.isfinite(up) & np.isfinite(down))
+    if not missing.any():
+        return up, down
+    close = _ffill(grid.to_wide(panel["close"].to_numpy(np.float64), dtype=np.float64))
+    ref = np.full(grid.shape, np.nan)
+    ref[1:] = close[:-1]
+    if "adj_factor" in panel.columns:
+        # Ex-rights reference price: previous close * adj(prev) / adj(today) under backward adjustment.
+        adj = _ffill(grid.to_wide(panel["adj_factor"].to_numpy(np.float64), dtype=np.float64))
+        ratio = np.full(grid.shape, np.nan)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio[1:] = adj[:-1] / adj[1:]
+        ref = np.where(np.isfinite(ratio), ref * ratio, ref)
+    codes = grid.codes.astype(str)
+    star = np.asarray(codes.str.startswith("688"))
+    chinext = np.asarray(codes.str.startswith("300") | codes.str.startswith("301"))
+    board = np.where(star, 0.20, 0.10)[None, :].repeat(grid.shape[0], axis=0)
+    board[np.ix_(np.asarray(grid.dates >= CHINEXT_20PCT_FROM), chinext)] = 0.20
+    with np.errstate(invalid="ignore"):
+        up = np.where(np.isfinite(up), up, np.floor(ref * (1 + board) * 100 + 0.5) / 100)
+        down = np.where(np.isfinite(down), down, np.floor(ref * (1 - board) * 100 + 0.5) / 100)
+    return up, down
+
+
+def _ffill(wide: np.ndarray) -> np.ndarray:
+    """Forward-fill NaN down the rows (dates) of a (T, N) matrix."""
+    valid = np.isfinite(wide)
+    idx = np.where(valid, np.arange(wide.shape[0])[:, None], 0)
+    np.maximum.accumulate(idx, axis=0, out=idx)
+    out = wide[idx, np.arange(wide.shape[1])[None, :]]
+    out[~np.maximum.accumulate(valid, axis=0)] = np.nan
+    return out
+
+
+def _market_of(panel: pd.DataFrame) -> _Market:
+    if not isinstance(panel, pd.DataFrame) or panel.index.nlevels != 2:
+        raise DataContractError(
+            "simulate() expects the panel as a DataFrame indexed by (date, code); "
+            f"received {type(panel).__name__} with {getattr(panel.index, 'nlevels', '?')} index level(s). "
+            "Load it with the project's loaders or set_index(['date', 'code'])."
+        )
+    if "close" not in panel.columns:
+        raise DataContractError(
+            f"simulate() needs a 'close' column in the panel; columns are {preview(panel.columns, 10)}."
+        )
+    if not panel.index.is_unique:
+        dups = panel.index[panel.index.duplicated()]
+        raise DataContractError(
+            f"The panel has {len(dups)} duplicate (date, code) rows, e.g. {preview(dups, 3)}; "
+            "drop duplicates before simulating."
+        )
+    fill_field = "open" if "open" in panel.columns else "close"
+    if fill_field == "close":
+        logger.warning("panel has no 'open' column: trading and marking at the close instead of the open")
+    grid = WideGrid.of(panel)
+    fill = grid.to_wide(panel[fill_field].to_numpy(np.float64), dtype=np.float64)
+    mark = grid.to_wide(adjusted_price(panel, fill_field).to_numpy(np.float64), dtype=np.float64)
+    present = grid.present()
+    suspended = np.zeros(grid.shape, dtype=bool)
+    if "is_suspended" in panel.columns:
+        suspended = grid.to_wide(panel["is_suspended"].fillna(False).to_numpy(bool), dtype=bool, fill=False)
+    with np.errstate(invalid="ignore"):
+        tradable = present & ~suspended & np.isfinite(fill) & (fill > 0) & np.isfinite(mark) & (mark > 0)
+    mark = _ffill(np.where(tradable, mark, np.nan))
+    ret = np.zeros(grid.shape)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ret[:-1] = mark[1:] / mark[:-1] - 1.0
+    ret[~np.isfinite(ret)] = 0.0
+    last_row = np.full(grid.shape[1], -1)
+    np.maximum.at(last_row, grid.col_pos, grid.row_pos)
+    up, down = _limit_prices(panel, grid)
+    with np.errstate(invalid="ignore"):
+        at_up = fill >= up - LIMIT_TOLERANCE
+        at_down = fill <= down + LIMIT_TOLERANCE
+    in_universe = None
+    if "in_universe" in panel.columns:
+        in_universe = grid.to_wide(panel["in_universe"].fillna(False).to_numpy(bool), dtype=bool, fill=False)
+    return _Market(grid, ret, tradable, at_up, at_down, last_row, in_universe)
+
+
+def _scores_on_grid(scores: pd.Series, grid: WideGrid) -> np.ndarray:
+    if not isinstance(scores, pd.Series) or scores.index.nlevels != 2:
+        raise DataContractError(
+            "simulate() expects scores as a Series indexed by (date, code); received "
+            f"{type(scores).__name__} with {getattr(scores.index, 'nlevels', '?')} index level(s)."
+        )
+    if scores.index.has_duplicates:
+        dups = scores.index[scores.index.duplicated()]
+        raise DataContractError(f"scores have duplicate (date, code) keys, e.g. {preview(dups, 3)}.")
+    dates = pd.DatetimeIndex(scores.index.get_level_values(0))
+    codes = scores.index.get_level_values(1)
+    rows = grid.dates.get_indexer(dates)
+    cols = grid.codes.get_indexer(codes)
+    bad = (rows < 0) | (cols < 0)
+    if bad.any():
+        raise DataContractError(
+            f"{int(bad.sum())} score keys are not rows of the panel, e.g. "
+            f"{preview(scores.index[bad], 3)}. Scores must be given for (date, code) pairs of the panel."
+        )
+    wide = np.full(grid.shape, np.nan)
+    wide[rows, cols] = scores.to_numpy(np.float64)
+    return wide
+
+
+# --------------------------------------------------------------------------------------------------
+# The book: one rebalance, one holding period
+
+
+@dataclass
+class _Book:
+    """Mutable state of one simulated book; lives only inside :func:`simulate`."""
+
+    holdings: np.ndarray  # (N,) fraction of the current book per code (pre-trade)
+    cash: float = 1.0
+    returns: list[np.ndarray] = field(default_factory=list)
+    turnover: list[float] = field(default_factory=list)
+    costs: list[float] = field(default_factory=list)
+    n_holdings: list[int] = field(default_factory=list)
+    trades: list[tuple] = field(default_factory=list)
+    blocked: list[tuple] = field(default_factory=list)
+    positions: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+
+
+def _rebalance(
+    book: _Book,
+    market: _Market,
+    decision_row: int,
+    exec_row: int,
+    eligible: np.ndarray,
+    score_row: np.ndarray,
+    spec: PortfolioSpec,
+    top_k: int | None,
+    record: bool,
+) -> tuple[np.ndarray, float]:
+    """Trade ``book`` at the open of ``exec_row``; return post-trade values (N,) and the cost.
+
+    Values are fractions of the pre-trade book; the post-trade book is worth ``1 - cost``.
+    """
+    holdings = book.holdings
+    held = holdings > _EPS
+    flags = market.flags_at(exec_row)
+    can_buy, can_sell = flags["can_buy"], flags["can_sell"]
+
+    # Rank eligible names by score (ties: code order); walk down skipping names that cannot be
+    # bought, except names already held (they can be kept without buying).
+    ranked = np.flatnonzero(eligible)
+    ranked = ranked[np.lexsort((ranked, -score_row[ranked]))]
+    acceptable = can_buy[ranked] | held[ranked]
+    picks = ranked[acceptable][:top_k]
+
+    # Held names that leave the book but cannot be sold keep their weight.
+    leaving = held.copy()
+    leaving[picks] = False
+    stuck_out = leaving & ~can_sell
+    budget = 1.0 - holdings[stuck_out].sum()
+
+    # Picks whose wished weight cannot be reached (no buy / no sell on the day) keep their weight;
+    # the other picks share what is left, until no wish is blocked.
+    h_picks = holdings[picks]
+    buy_ok, sell_ok = can_buy[picks], can_sell[picks]
+    fixed = np.zeros(len(picks), dtype=bool)
+    wished = np.zeros(len(picks))
+    while True:
+        targets = h_picks.copy()
+        free = ~fixed
+        targets[free] = allocate(score_row[picks[free]], spec, budget - h_picks[fixed].sum())
+        clamp = free & (((targets > h_picks + _EPS) & ~buy_ok) | ((targets < h_picks - _EPS) & ~sell_ok))
+        if not clamp.any():
+            break
+        wished[clamp] = targets[clamp]
+        fixed |= clamp
+    target = np.zeros_like(holdings)
+    target[picks] = targets
+    locked = stuck_out.copy()
+    locked[picks[fixed]] = True
+
+    # Self-financing: the free targets are scaled by s so that their value plus the costs equals the
+    # value freed for trading (fixed point; the cost rates are small, so it converges in a few steps).
+    free_value = 1.0 - holdings[locked].sum()
+    rate = spec.commission + spec.slippage
+    movable = ~locked & (held | (target > 0))
+    h_m, t_m = holdings[movable], target[movable]
+    scale, cost = 1.0, 0.0
+    for _ in range(100):
+        delta = t_m * scale - h_m
+        cost = rate * np.abs(delta).sum() + spec.stamp_duty * np.clip(-delta, 0.0, None).sum()
+        new_scale = (free_value - cost) / free_value if free_value > _EPS else 1.0
+        converged = abs(new_scale - scale) < 1e-16
+        scale = new_scale
+        if converged:
+            break
+    post = np.where(locked, holdings, 0.0)
+    post[movable] = t_m * scale
+    delta = post - holdings
+    cost = rate * np.abs(delta).sum() + spec.stamp_duty * np.clip(-delta, 0.0, None).sum()
+    cash = 1.0 - cost - post.sum()
+    assert cash > -1e-9, f"negative cash {cash} after a self-financing rebalance"
+
+    traded = np.abs(delta)
+    book.turnover.append(0.5 * float(traded.sum()))
+    book.costs.append(float(cost))
+    book.n_holdings.append(int((post > _EPS).sum()))
+    book.cash = cash
+    if record:
+        wish = target.copy()
+        wish[picks[fixed]] = wished[fixed]
+        _record(book, market, decision_row, exec_row, flags, spec, ranked, acceptable, len(picks), top_k,
+                holdings, post, wish, locked, cost)
+    return post, float(cost)
+
+
+def _record(
+    book: _Book,
+    market: _Market,
+    decision_row: int,
+    exec_row: int,
+    flags: dict[str, np.ndarray],
+    spec: PortfolioSpec,
+    ranked: np.ndarray,
+    acceptable: np.ndarray,
+    n_picks: int,
+    top_k: int | None,
+    before: np.ndarray,
+    post: np.ndarray,
+    wish: np.ndarray,
+    locked: np.ndarray,
+    cost: float,
+) -> None:
+    """Append the trades and blocked names of one rebalance to ``book``."""
+    decision_date = market.grid.dates[decision_row]
+    exec_date = market.grid.dates[exec_row]
+    codes = market.grid.codes
+    rate = spec.commission + spec.slippage
+    delta = post - before
+    for j in np.flatnonzero(np.abs(delta) > _EPS):
+        sell = delta[j] < 0
+        traded = abs(delta[j])
+        item_cost = traded * (rate + (spec.stamp_duty if sell else 0.0))
+        book.trades.append(
+            (exec_date, decision_date, codes[j], "sell" if sell else "buy", before[j], post[j] / (1.0 - cost),
+             traded, item_cost)
+        )
+    # Ranked names passed over because they could not be bought.
+    if top_k is not None and n_picks == top_k:
+        last = int(np.searchsorted(np.cumsum(acceptable), n_picks))
+    else:
+        last = len(ranked) - 1
+    passed = ranked[: last + 1][~acceptable[: last + 1]]
+    for j in passed:
+        book.blocked.append((exec_date, decision_date, codes[j], "limit_up" if flags["tradable"][j] else "suspended"))
+    # Held names whose weight could not move as wished.
+    for j in np.flatnonzero(locked & (before > _EPS) & (np.abs(wish - before) > _EPS)):
+        if not flags["tradable"][j]:
+            reason = "suspended"
+        elif wish[j] > before[j]:
+            reason = "limit_up"
+        else:
+            reason = "limit_down"
+        book.blocked.append((exec_date, decision_date, codes[j], reason))
+
+
+def _hold(book: _Book, market: _Market, post: np.ndarray, cost: float, start: int, end: int, record: bool) -> float:
+    """Buy and hold ``post`` over return days ``start .. end-1``; return the period's compounded return."""
+    cols = np.flatnonzero(post > _EPS)
+    values = post[cols]
+    growth = np.cumprod(1.0 + market.ret[start:end][:, cols], axis=0)  # (days, held)
+    value = book.cash + growth @ values  # value at the open of d+1, pre-trade book = 1
+    prev = np.concatenate(([1.0], value[:-1]))
+    book.returns.append(value / prev - 1.0)
+    if record:
+        start_growth = np.vstack([np.ones((1, len(cols))), growth[:-1]])
+        start_value = np.concatenate(([1.0 - cost], value[:-1]))
+        weights = values * start_growth / start_value[:, None]  # (days, held)
+        days = np.repeat(np.arange(start, end), len(cols))
+        book.positions.append((days, np.tile(cols, end - start), weights.ravel()))
+    holdings = np.zeros_like(post)
+    holdings[cols] = values * growth[-1] / value[-1]
+    book.holdings = holdings
+    book.cash = book.cash / value[-1]
+    return float(value[-1] - 1.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Schedule
+
+
+def _schedule(score_rows: np.ndarray, dates: pd.DatetimeIndex, every: int) -> list[tuple[int, int, int]]:
+    """(decision row, execution row, end row exclusive) of every executable rebalance.
+
+    A period runs from the execution day to the day before the next rebalance's execution day. The last
+    period is held as long as a regular one: the missing score dates are extended past the last one
+    at the usual spacing (median gap, in trading days). Return days need the next day's open, so a
+    period ends at the panel's second-to-last day at the latest.
+    """
+    n_rows = len(dates)
+    gaps = np.diff(score_rows)
+    step = int(np.median(gaps)) if len(gaps) else 1
+    out, dropped = [], []
+    last = len(score_rows) - 1
+    for m in range(0, len(score_rows), every):
+        decision = int(score_rows[m])
+        nxt = m + every
+        next_decision = int(score_rows[nxt]) if nxt <= last else int(score_rows[last]) + (nxt - last) * step
+        start, end = decision + 1, min(next_decision + 1, n_rows - 1)
+        if end <= start:
+            dropped.append(dates[decision].date())
+            continue
+        out.append((decision, start, end))
+    if dropped:
+        logger.warning(
+            "%d rebalance(s) dropped: the panel ends before a full open-to-open return after their "
+            "execution day (decided on %s)", len(dropped), preview(dropped)
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Public entry point
+
+
+def simulate(scores: pd.Series, panel: pd.DataFrame, spec: PortfolioSpec | None = None) -> PortfolioResult:
+    """Simulate the top-k strategy of ``scores`` and its equal-weight benchmark on ``panel``.
+
+    Parameters
+    ----------
+    scores : Series indexed by (date, code)
+        Model scores, higher is better; decided after the close of ``date``. Keys must be rows of
+        ``panel``. NaN scores make a stock ineligible that day.
+    panel : DataFrame indexed by (date, code)
+        The canonical panel (``backtest.data.schema``); uses ``open`` (else ``close``), ``close``,
+        and when present ``adj_factor``, ``is_suspended``, ``in_universe``, ``up_limit``,
+        ``down_limit``. Rows after the last score date are used to mark the last holding period.
+    spec : PortfolioSpec, optional
+        Defaults to ``PortfolioSpec()`` (top 5, weekly, equal weight, default costs).
+
+    Returns
+    -------
+    PortfolioResult
+        Daily net returns of the strategy and the benchmark (same index), positions, trades, blocked
+        names, turnover, rebalance dates and the per-period table. See the module docstring for the
+        exact timing, tradability, weighting and cost conventions.
+
+    Raises
+    ------
+    DataContractError
+        Panel or scores not indexed by (date, code), duplicate keys, score keys missing from the
+        panel, or no rebalance executable within the panel.
+    """
+    spec = spec or PortfolioSpec()
+    market = _market_of(panel)
+    grid = market.grid
+    score_wide = _scores_on_grid(scores, grid)
+    score_rows = np.flatnonzero(np.isfinite(score_wide).any(axis=1))
+    if len(score_rows) == 0:
+        raise DataContractError("simulate() received no finite scores; nothing to trade.")
+    schedule = _schedule(score_rows, grid.dates, spec.rebalance_every)
+    if not schedule:
+        raise DataContractError(
+            f"No rebalance can be executed: the last score date {grid.dates[score_rows[-1]].date()} "
+            f"leaves no open-to-open return before the panel ends on {grid.dates[-1].date()}. "
+            "Extend the panel past the scores."
+        )
+    bench_spec = replace(spec, weighting="equal", max_weight=None)
+    n_codes = grid.shape[1]
+    strategy = _Book(np.zeros(n_codes))
+    benchmark = _Book(np.zeros(n_codes))
+    rows = []
+    for decision, start, end in schedule:
+        eligible = np.isfinite(score_wide[decision])
+        if market.in_universe is not None:
+            eligible &= market.in_universe[decision]
+        if not eligible.any():
+            logger.warning("no eligible stock on %s: the books go to cash", grid.dates[decision].date())
+        period = []
+        for book, book_spec, top_k, record in (
+            (strategy, spec, spec.top_k, True),
+            (benchmark, bench_spec, None, False),
+        ):
+            post, cost = _rebalance(book, market, decision, start, eligible, score_wide[decision], book_spec, top_k, record)
+            period.append(_hold(book, market, post, cost, start, end, record))
+        rows.append(
+            (grid.dates[decision], grid.dates[start], grid.dates[end - 1], end - start, period[0], period[1],
+             strategy.turnover[-1], strategy.costs[-1], benchmark.turnover[-1], benchmark.costs[-1],
+             strategy.n_holdings[-1])
+        )
+    return _result(strategy, benchmark, rows, schedule, grid, spec)
+
+
+def _result(
+    strategy: _Book,
+    benchmark: _Book,
+    rows: list[tuple],
+    schedule: list[tuple[int, int, int]],
+    grid: WideGrid,
+    spec: PortfolioSpec,
+) -> PortfolioResult:
+    return_days = np.concatenate([np.arange(start, end) for _, start, end in schedule])
+    index = pd.DatetimeIndex(grid.dates[return_days], name="date")
+    returns = pd.Series(np.concatenate(strategy.returns), index=index, name="strategy")
+    bench_returns = pd.Series(np.concatenate(benchmark.returns), index=index, name="benchmark")
+    periods = pd.DataFrame(
+        rows,
+        columns=[
+            "decision_date", "execution_date", "end_date", "n_days", "strategy", "benchmark", "turnover",
+            "cost", "benchmark_turnover", "benchmark_cost", "n_holdings",
+        ],
+    ).set_index("decision_date")
+    periods.insert(periods.columns.get_loc("benchmark") + 1, "excess", periods["strategy"] - periods["benchmark"])
+    days, cols, weights = (np.concatenate(parts) for parts in zip(*strategy.positions))
+    positions = pd.DataFrame(
+        {"date": grid.dates[days], "code": grid.codes[cols], "weight": weights}
+    ).sort_values(["date", "code"], ignore_index=True)
+    trades = pd.DataFrame(
+        strategy.trades,
+        columns=["date", "decision_date", "code", "side", "weight_before", "weight_after", "traded", "cost"],
+    )
+    blocked = pd.DataFrame(strategy.blocked, columns=["date", "decision_date", "code", "reason"])
+    if len(blocked):
+        counts = blocked["reason"].value_counts().to_dict()
+        logger.info("blocked trades over %d rebalances: %s", len(schedule), counts)
+    turnover = pd.Series(periods["turnover"].to_numpy(), index=periods.index, name="turnover")
+    return PortfolioResult(
+        returns=returns,
+        benchmark_returns=bench_returns,
+        positions=positions,
+        trades=trades,
+        blocked=blocked,
+        turnover=turnover,
+        rebalance_dates=pd.DatetimeIndex(periods.index, name="decision_date"),
+        periods=periods,
+        spec=spec,
+    )
