@@ -76,13 +76,13 @@ def canonicalize(frame: pd.DataFrame, source: str = "panel", calendar: pd.Dateti
     if bad.any():
         raw = frame.loc[bad, "date"].astype("string").fillna("<empty>")
         raise _fail(source, f"{int(bad.sum())} unparseable or empty date(s)",
-                    f"rows {preview(np.flatnonzero(bad))}: values {preview(raw.unique())}",
+                    f"data row(s) {preview(np.flatnonzero(bad) + 1)}: values {preview(raw.unique())}",
                     "write dates as YYYY-MM-DD (or YYYYMMDD) and drop rows without a date")
     out["date"] = dates.astype("datetime64[ns]").to_numpy()
     codes = frame["code"].astype("string")
     if codes.isna().any() or (codes.str.strip() == "").any():
         rows = np.flatnonzero((codes.isna() | (codes.str.strip() == "")).to_numpy())
-        raise _fail(source, "empty stock code(s)", f"rows {preview(rows)}", "every row needs a stock code")
+        raise _fail(source, "empty stock code(s)", f"data row(s) {preview(rows + 1)}", "every row needs a stock code")
     out["code"] = codes.astype(object).to_numpy()
     for col in frame.columns:
         if col in INDEX_NAMES:
@@ -93,7 +93,7 @@ def canonicalize(frame: pd.DataFrame, source: str = "panel", calendar: pd.Dateti
             bad = (num.isna() & values.notna() & (values.astype("string").str.strip() != "")).to_numpy()
             if bad.any():
                 raise _fail(source, f"text in numeric column '{col}'",
-                            f"rows {preview(np.flatnonzero(bad))}: values {preview(values[bad].astype('string').unique())}",
+                            f"data row(s) {preview(np.flatnonzero(bad) + 1)}: values {preview(values[bad].astype('string').unique())}",
                             f"'{col}' must hold numbers only (use an empty cell for a missing value)")
             out[col] = num.astype("float64").to_numpy()
         elif col in BOOL_COLUMNS:
@@ -117,7 +117,7 @@ def _to_bool(values: pd.Series, col: str, source: str) -> np.ndarray:
     if not ok.all():
         bad = np.flatnonzero(~ok.to_numpy())
         raise _fail(source, f"column '{col}' must be boolean",
-                    f"rows {preview(bad)}: values {preview(values.iloc[bad].astype('string').unique())}",
+                    f"data row(s) {preview(bad + 1)}: values {preview(values.iloc[bad].astype('string').unique())}",
                     "use true/false or 1/0")
     return text.isin(_TRUE).to_numpy()
 
