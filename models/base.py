@@ -1,0 +1,506 @@
+"""The ranker contract: the training data every model reads and the protocol every model implements.
+
+::
+
+    RankingData  one row per sample (date, code), sorted by date then code; one day = one query group
+
+    field          dtype / shape                                   meaning
+    -------------  ----------------------------------------------  -------------------------------------
+    X              float32 (n_samples, n_features)                  feature values (NaN allowed: LightGBM
+                                                                    treats it as missing)
+    dates          datetime64[ns] (n_samples,)                      decision day t of the sample
+    codes          str (n_samples,)                                 stock code
+    feature_names  tuple of n_features str                          column names of X
+    relevance      int32 (n_samples,) in 0..n_bins-1, or None       cross-sectional label bin, the
+                                                                    ``"bins"`` target of backtest.labels
+                                                                    (None at predict time)
+    wide           float32 (n_grid_dates, n_grid_codes, n_features)  the same features on the full
+                   or None                                          (date x code) grid, NaN where missing;
+                                                                    the source of the transformer's
+                                                                    [day, stock, window, feature] view
+    date_pos       int64 (n_samples,) or None                       row of each sample in ``wide``
+    code_pos       int64 (n_samples,) or None                       column of each sample in ``wide``
+    rows           int64 (n_samples,) or None                       position of each sample in the
+                                                                    RankingData it was taken from
+
+The whole backtest builds one RankingData (and at most one ``wide`` tensor); every fold's train, valid
+and predict sets are ``take``-n from it, so they share ``wide`` and carry ``rows`` into it.
+
+Timing: the features of day t use data up to the close of t; ``relevance`` of a sample is known only on
+its ``label_end``. Purging training rows whose label is not yet known is the splitter's job
+(``backtest.splits``); nothing here looks at label timing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
+
+import numpy as np
+import pandas as pd
+
+from backtest.data.panel import WideGrid
+from backtest.errors import DataContractError, preview
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, eq=False)
+class RankingData:
+    """Samples of a ranking problem, one query group per trading day (see the module docstring).
+
+    Build it with :meth:`from_frame` (from a (date, code) feature frame) or directly from arrays.
+    ``X`` is converted to float32 and ``relevance`` to int32 when needed; everything else is validated,
+    not repaired: samples must be sorted by (date, code) and unique.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> d = np.array(["2024-01-02", "2024-01-02", "2024-01-03"], dtype="datetime64[ns]")
+    >>> data = RankingData(X=np.zeros((3, 1)), dates=d, codes=np.array(["A", "B", "A"]),
+    ...                    feature_names=("f",), relevance=np.array([1, 0, 0]))
+    >>> data.group_sizes()
+    array([2, 1], dtype=int32)
+    """
+
+    X: np.ndarray
+    dates: np.ndarray
+    codes: np.ndarray
+    feature_names: tuple[str, ...]
+    relevance: np.ndarray | None = None
+    wide: np.ndarray | None = field(default=None, repr=False)
+    date_pos: np.ndarray | None = field(default=None, repr=False)
+    code_pos: np.ndarray | None = field(default=None, repr=False)
+    rows: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        X = np.asarray(self.X)
+        if X.ndim != 2:
+            raise DataContractError(
+                f"RankingData.X: expected a 2-D (n_samples, n_features) array, received shape {X.shape}. "
+                "Pass one row per (date, code) sample."
+            )
+        if X.dtype != np.float32:
+            X = X.astype(np.float32)
+        object.__setattr__(self, "X", X)
+        n = X.shape[0]
+        dates = np.asarray(self.dates)
+        if not np.issubdtype(dates.dtype, np.datetime64):
+            try:
+                dates = np.asarray(pd.DatetimeIndex(dates).values)
+            except (TypeError, ValueError) as exc:
+                raise DataContractError(
+                    f"RankingData.dates: expected datetime64 values, received dtype {dates.dtype} "
+                    f"({preview(dates[:3])}). Pass the (date, code) index's dates."
+                ) from exc
+        object.__setattr__(self, "dates", dates.astype("datetime64[ns]", copy=False))
+        codes = np.asarray(self.codes)
+        object.__setattr__(self, "codes", codes)
+        object.__setattr__(self, "feature_names", tuple(str(f) for f in self.feature_names))
+        for name, arr in (("dates", self.dates), ("codes", codes)):
+            if arr.shape != (n,):
+                raise DataContractError(
+                    f"RankingData.{name}: expected shape ({n},) (one per row of X), received {arr.shape}."
+                )
+        if len(self.feature_names) != X.shape[1]:
+            raise DataContractError(
+                f"RankingData.feature_names: expected {X.shape[1]} names (columns of X), received "
+                f"{len(self.feature_names)}: {preview(self.feature_names)}."
+            )
+        self._check_sorted()
+        if self.relevance is not None:
+            object.__setattr__(self, "relevance", _as_relevance(self.relevance, n))
+        self._check_wide()
+        if self.rows is not None:
+            rows = np.asarray(self.rows, dtype=np.int64)
+            if rows.shape != (n,):
+                raise DataContractError(f"RankingData.rows: expected shape ({n},), received {rows.shape}.")
+            object.__setattr__(self, "rows", rows)
+
+    def _check_sorted(self) -> None:
+        if len(self.dates) < 2:
+            return
+        d = self.dates
+        later = d[1:] > d[:-1]
+        same = d[1:] == d[:-1]
+        ordered = later | (same & (self.codes[1:] > self.codes[:-1]))
+        if not ordered.all():
+            bad = np.flatnonzero(~ordered)[:5] + 1
+            raise DataContractError(
+                "RankingData: samples must be sorted by (date, code) and unique, so that each day is one "
+                f"contiguous query group; rows out of order or duplicated at positions {preview(bad)} "
+                f"(e.g. {d[bad[0]]} {self.codes[bad[0]]}). Sort the frame with sort_index() and drop "
+                "duplicate (date, code) keys."
+            )
+
+    def _check_wide(self) -> None:
+        given = [x is not None for x in (self.wide, self.date_pos, self.code_pos)]
+        if not any(given):
+            return
+        if not all(given):
+            raise DataContractError(
+                "RankingData: wide, date_pos and code_pos go together; received "
+                f"wide={'set' if given[0] else 'None'}, date_pos={'set' if given[1] else 'None'}, "
+                f"code_pos={'set' if given[2] else 'None'}. Use RankingData.from_frame(..., tensor=...)."
+            )
+        wide = self.wide
+        if wide.ndim != 3 or wide.dtype != np.float32 or wide.shape[2] != self.n_features:
+            raise DataContractError(
+                "RankingData.wide: expected float32 [date, code, feature] with "
+                f"{self.n_features} features, received {wide.dtype} shape {wide.shape}. "
+                "Build it with feature_tensor()."
+            )
+        for name, limit in (("date_pos", wide.shape[0]), ("code_pos", wide.shape[1])):
+            pos = np.asarray(getattr(self, name), dtype=np.int64)
+            if pos.shape != (self.n_samples,) or (pos.size and (pos.min() < 0 or pos.max() >= limit)):
+                raise DataContractError(
+                    f"RankingData.{name}: expected {self.n_samples} positions in [0, {limit}), received "
+                    f"shape {pos.shape}" + (f", range [{pos.min()}, {pos.max()}]" if pos.size else "") + "."
+                )
+            object.__setattr__(self, name, pos)
+        # Spot-check the alignment of X with the tensor on a few rows (cheap; catches a shifted grid).
+        probe = np.unique(np.linspace(0, self.n_samples - 1, num=min(self.n_samples, 64)).astype(np.int64))
+        a = self.X[probe]
+        b = wide[self.date_pos[probe], self.code_pos[probe]]
+        if not np.array_equal(a, b, equal_nan=True):
+            i = int(probe[np.flatnonzero(~np.all((a == b) | (np.isnan(a) & np.isnan(b)), axis=1))[0]])
+            raise DataContractError(
+                "RankingData: X and wide disagree: the sample "
+                f"{self.dates[i]} {self.codes[i]} (row {i}) sits at wide[{self.date_pos[i]}, "
+                f"{self.code_pos[i]}] but its feature values differ. Build both from the same feature frame."
+            )
+
+    # ------------------------------------------------------------------ shape and grouping
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.X.shape[1])
+
+    def day_starts(self) -> np.ndarray:
+        """Offsets of the query groups: int64 (n_days + 1,), day g is rows ``[s[g], s[g+1])``."""
+        if self.n_samples == 0:
+            return np.zeros(1, dtype=np.int64)
+        cut = np.flatnonzero(self.dates[1:] != self.dates[:-1]) + 1
+        return np.concatenate([[0], cut, [self.n_samples]]).astype(np.int64)
+
+    def group_sizes(self) -> np.ndarray:
+        """Number of samples of each day, int32 (n_days,), in date order (LightGBM's ``group``)."""
+        return np.diff(self.day_starts()).astype(np.int32)
+
+    @property
+    def n_days(self) -> int:
+        return len(self.day_starts()) - 1
+
+    def days(self) -> np.ndarray:
+        """The distinct dates, datetime64[ns] (n_days,), ascending."""
+        return self.dates[self.day_starts()[:-1]]
+
+    def day_index(self) -> np.ndarray:
+        """Day number (0..n_days-1) of each sample, int64 (n_samples,)."""
+        return np.repeat(np.arange(self.n_days), self.group_sizes())
+
+    def day_slots(self) -> np.ndarray:
+        """Position of each sample within its day (0..size-1), int64 (n_samples,)."""
+        return np.arange(self.n_samples) - np.repeat(self.day_starts()[:-1], self.group_sizes())
+
+    def day_matrix(self, values: np.ndarray, fill: float | int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Scatter per-sample ``values`` into a padded (n_days, max_stocks) matrix.
+
+        Returns
+        -------
+        matrix : (n_days, max_stocks) array of ``values``' dtype, ``fill`` in padded slots.
+        mask : bool (n_days, max_stocks), True where a sample sits.
+        """
+        values = np.asarray(values)
+        sizes = self.group_sizes()
+        width = int(sizes.max()) if sizes.size else 0
+        matrix = np.full((len(sizes), width), fill, dtype=values.dtype)
+        mask = np.zeros((len(sizes), width), dtype=bool)
+        day, slot = self.day_index(), self.day_slots()
+        matrix[day, slot] = values
+        mask[day, slot] = True
+        return matrix, mask
+
+    # ------------------------------------------------------------------ selection
+
+    def take(self, rows: np.ndarray | slice) -> RankingData:
+        """The samples at ``rows`` (strictly increasing positions, or a slice), sharing ``wide``.
+
+        ``rows`` of the result are positions in the data this one was taken from (composed when this
+        one was itself taken). A contiguous range of rows is taken as a view of ``X``, without a copy.
+        """
+        if isinstance(rows, slice):
+            idx = np.arange(self.n_samples)[rows]
+        else:
+            idx = np.asarray(rows, dtype=np.int64)
+        if idx.ndim != 1 or (idx.size and (idx[0] < 0 or idx[-1] >= self.n_samples)):
+            raise DataContractError(
+                f"RankingData.take: expected 1-D row positions in [0, {self.n_samples}), received "
+                f"shape {idx.shape}" + (f" spanning [{idx.min()}, {idx.max()}]" if idx.size else "") + "."
+            )
+        if idx.size > 1 and not (np.diff(idx) > 0).all():
+            raise DataContractError(
+                "RankingData.take: row positions must be strictly increasing so that the result stays "
+                "sorted by (date, code); sort and de-duplicate them (np.unique)."
+            )
+        contiguous = idx.size > 0 and idx[-1] - idx[0] + 1 == idx.size
+        pick: np.ndarray | slice = slice(int(idx[0]), int(idx[-1]) + 1) if contiguous else idx
+
+        def sub(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[pick]
+
+        return RankingData(
+            X=self.X[pick],
+            dates=self.dates[pick],
+            codes=self.codes[pick],
+            feature_names=self.feature_names,
+            relevance=sub(self.relevance),
+            wide=self.wide,
+            date_pos=sub(self.date_pos),
+            code_pos=sub(self.code_pos),
+            rows=idx if self.rows is None else self.rows[idx],
+        )
+
+    def between(self, start: object | None = None, end: object | None = None) -> RankingData:
+        """The samples with ``start <= date <= end`` (either bound may be None)."""
+        keep = np.ones(self.n_samples, dtype=bool)
+        if start is not None:
+            keep &= self.dates >= np.datetime64(pd.Timestamp(start), "ns")
+        if end is not None:
+            keep &= self.dates <= np.datetime64(pd.Timestamp(end), "ns")
+        return self.take(np.flatnonzero(keep))
+
+    def with_relevance(self, relevance: np.ndarray | None) -> RankingData:
+        """The same samples with other relevance labels (None for predict-time data)."""
+        return replace(self, relevance=relevance)
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_frame(
+        cls,
+        features: pd.DataFrame,
+        relevance: np.ndarray | pd.Series | None = None,
+        *,
+        tensor: tuple[np.ndarray, WideGrid] | None = None,
+    ) -> RankingData:
+        """Build from a feature frame indexed by (date, code), sorted, one column per feature.
+
+        Parameters
+        ----------
+        features : DataFrame indexed by (date, code), float columns (cast to float32).
+        relevance : int labels aligned with ``features``' rows (a Series is aligned on the index), or None.
+        tensor : ``(wide, grid)`` from :func:`feature_tensor`, usually built over more rows than
+            ``features`` (e.g. every listed stock, while ``features`` holds only index members) so that
+            windows see a stock's history before it joined the universe. Every sample must be on the grid.
+        """
+        if not isinstance(features.index, pd.MultiIndex) or features.index.nlevels != 2:
+            raise DataContractError(
+                "RankingData.from_frame: expected a frame indexed by (date, code), received index "
+                f"{type(features.index).__name__} with names {list(features.index.names)}."
+            )
+        dates = np.asarray(pd.DatetimeIndex(features.index.get_level_values(0)).values)
+        codes = np.asarray(features.index.get_level_values(1).astype(str))
+        if isinstance(relevance, pd.Series):
+            relevance = relevance.reindex(features.index).to_numpy()
+        wide = date_pos = code_pos = None
+        if tensor is not None:
+            wide, grid = tensor
+            date_pos = grid.dates.get_indexer(pd.DatetimeIndex(dates))
+            code_pos = grid.codes.get_indexer(pd.Index(codes))
+            off = (date_pos < 0) | (code_pos < 0)
+            if off.any():
+                bad = np.flatnonzero(off)
+                raise DataContractError(
+                    f"RankingData.from_frame: {len(bad)} samples are not on the tensor's (date, code) grid, "
+                    f"e.g. {preview([f'{dates[i]} {codes[i]}' for i in bad[:3]])}. Build the tensor from a "
+                    "frame that contains every sample's row."
+                )
+        return cls(
+            X=features.to_numpy(dtype=np.float32),
+            dates=dates,
+            codes=codes,
+            feature_names=tuple(str(c) for c in features.columns),
+            relevance=relevance,
+            wide=wide,
+            date_pos=date_pos,
+            code_pos=code_pos,
+        )
+
+    def window_source(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(wide, date_pos, code_pos)`` for :func:`window_view`.
+
+        Without a ``wide`` tensor the grid is built from these samples alone (their own dates and codes),
+        so a day's window holds only the history that is part of this data: give predict-time data the
+        backtest's tensor instead.
+        """
+        if self.wide is not None:
+            assert self.date_pos is not None and self.code_pos is not None
+            return self.wide, self.date_pos, self.code_pos
+        date_pos, grid_dates = pd.factorize(self.dates, sort=True)
+        code_pos, grid_codes = pd.factorize(self.codes, sort=True)
+        wide = np.full((len(grid_dates), len(grid_codes), self.n_features), np.nan, dtype=np.float32)
+        wide[date_pos, code_pos] = self.X
+        return wide, date_pos.astype(np.int64), code_pos.astype(np.int64)
+
+
+def _as_relevance(relevance: np.ndarray, n: int) -> np.ndarray:
+    rel = np.asarray(relevance)
+    if rel.shape != (n,):
+        raise DataContractError(f"RankingData.relevance: expected shape ({n},), received {rel.shape}.")
+    if rel.dtype.kind == "f":
+        bad = ~np.isfinite(rel) | (rel != np.round(rel))
+        if bad.any():
+            raise DataContractError(
+                f"RankingData.relevance: expected integer bins, received {int(bad.sum())} non-integer or "
+                f"missing values (first at row {int(np.flatnonzero(bad)[0])}). Drop samples whose label "
+                "is unknown (their label_end is after the data) before building training data."
+            )
+    elif rel.dtype.kind not in "iu":
+        raise DataContractError(f"RankingData.relevance: expected integers, received dtype {rel.dtype}.")
+    rel = rel.astype(np.int32)
+    if rel.size and rel.min() < 0:
+        raise DataContractError(
+            f"RankingData.relevance: expected bins >= 0, received {int((rel < 0).sum())} negative values "
+            f"(first at row {int(np.flatnonzero(rel < 0)[0])}); -1 in backtest.labels' bins marks an "
+            "unknown label: drop those samples from training data."
+        )
+    return rel
+
+
+def feature_tensor(features: pd.DataFrame) -> tuple[np.ndarray, WideGrid]:
+    """Scatter a (date, code) feature frame onto the wide [date, code, feature] float32 tensor.
+
+    Parameters
+    ----------
+    features : DataFrame indexed by (date, code), one column per feature.
+
+    Returns
+    -------
+    wide : float32 (n_dates, n_codes, n_features), NaN where the frame has no row.
+    grid : the :class:`WideGrid` (dates and codes of the axes).
+    """
+    grid = WideGrid.of(features)
+    wide = np.full((*grid.shape, features.shape[1]), np.nan, dtype=np.float32)
+    wide[grid.row_pos, grid.col_pos] = features.to_numpy(dtype=np.float32)
+    return wide, grid
+
+
+def window_view(
+    wide: np.ndarray | torch.Tensor,
+    date_positions: np.ndarray | torch.Tensor,
+    window: int = 30,
+    *,
+    code_positions: np.ndarray | torch.Tensor | None = None,
+) -> tuple[np.ndarray, np.ndarray] | tuple[torch.Tensor, torch.Tensor]:
+    """The [day, stock, window, feature] view of a batch of days, built from the wide tensor.
+
+    Parameters
+    ----------
+    wide : float32 [date, code, feature], NaN where missing (numpy); or a torch tensor on any device
+        that holds no NaN (sanitise it once with ``nan_to_num`` before upload: NaN never enters torch).
+    date_positions : int (days,), rows of ``wide``: the decision days of the batch. Build batches of a
+        few days: the result holds ``days * stocks * window * features`` values.
+    window : days of history per stock, ending at (and including) the decision day.
+    code_positions : int (days, stocks), columns of ``wide`` for each day's stocks, -1 for padding;
+        None takes every column of ``wide`` for every day.
+
+    Returns
+    -------
+    x : float32 (days, stocks, window, features); ``x[d, s, -1]`` is the decision day. Missing values,
+        days before the start of ``wide`` and padded stocks are 0.
+    mask : bool (days, stocks): True for a real stock; with ``code_positions`` None, a stock that has at
+        least one non-NaN feature on the decision day.
+    """
+    if not isinstance(wide, np.ndarray):
+        return _window_view_torch(wide, date_positions, window, code_positions)
+    if wide.ndim != 3:
+        raise DataContractError(f"window_view: expected wide [date, code, feature], received shape {wide.shape}.")
+    dpos = np.asarray(date_positions, dtype=np.int64)
+    t = dpos[:, None] - (window - 1) + np.arange(window)  # (days, window)
+    t_ok = t >= 0
+    if code_positions is None:
+        x = wide[np.clip(t, 0, None)]  # (days, window, codes, feat)
+        x = x.transpose(0, 2, 1, 3)  # (days, codes, window, feat)
+        mask = ~np.isnan(wide[dpos]).all(axis=-1)  # (days, codes)
+        x = np.ascontiguousarray(x)
+    else:
+        cpos = np.asarray(code_positions, dtype=np.int64)
+        mask = cpos >= 0  # (days, stocks)
+        x = wide[np.clip(t, 0, None)[:, None, :], np.clip(cpos, 0, None)[:, :, None]]  # (days, stocks, window, feat)
+    np.nan_to_num(x, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    x *= (t_ok[:, None, :] & mask[:, :, None])[..., None]  # zero padded stocks and pre-history days
+    return x.astype(np.float32, copy=False), mask
+
+
+def _window_view_torch(wide, date_positions, window, code_positions):  # type: ignore[no-untyped-def]
+    import torch
+
+    dev = wide.device
+    dpos = torch.as_tensor(date_positions, dtype=torch.long, device=dev)
+    t = dpos[:, None] - (window - 1) + torch.arange(window, device=dev)  # (days, window)
+    t_ok = t >= 0
+    if code_positions is None:
+        x = wide[t.clamp(min=0)].permute(0, 2, 1, 3)  # (days, codes, window, feat)
+        mask = wide[dpos].ne(0).any(dim=-1)  # (days, codes): NaN was replaced by 0 before upload
+    else:
+        cpos = torch.as_tensor(code_positions, dtype=torch.long, device=dev)
+        mask = cpos >= 0  # (days, stocks)
+        x = wide[t.clamp(min=0)[:, None, :], cpos.clamp(min=0)[:, :, None]]  # (days, stocks, window, feat)
+    keep = (t_ok[:, None, :] & mask[:, :, None]).unsqueeze(-1)  # (days, stocks, window, 1)
+    return x * keep.to(x.dtype), mask
+
+
+@runtime_checkable
+class Ranker(Protocol):
+    """What the rolling engine needs from a model.
+
+    One ranker object may serve a whole backtest: ``prepare`` once with all samples, then ``fit`` and
+    ``predict`` per fold (a ranker with warm start continues from its previous fit).
+    """
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The hyper-parameters, flat and JSON-serialisable (logged as run params)."""
+        ...
+
+    def prepare(self, data: RankingData, *, history_end: np.datetime64 | None = None) -> None:
+        """One-off preprocessing over every sample of the backtest (may do nothing).
+
+        Warnings
+        --------
+        Only samples dated ``<= history_end`` may shape data-dependent preprocessing (e.g. LightGBM's
+        bin edges). Pass the first fold's training end; None uses every date (a look-ahead of the
+        feature distribution, logged as a warning).
+        """
+        ...
+
+    def fit(self, train: RankingData, valid: RankingData | None = None) -> Self:
+        """Train on ``train`` (relevance required); ``valid`` (a purged tail) drives early stopping."""
+        ...
+
+    def predict(self, data: RankingData) -> np.ndarray:
+        """Scores, float64 (n_samples,), aligned with ``data``'s rows; higher ranks first."""
+        ...
+
+    def save(self, path: str | Path) -> None:
+        """Write the fitted model into the directory ``path`` (created if missing)."""
+        ...
+
+    @classmethod
+    def load(cls, path: str | Path) -> Self:
+        """Read a model written by :meth:`save`; its predictions equal the saved model's."""
+        ...
+
+    def feature_importance(self) -> dict[str, float]:
+        """Gain importance by feature name (empty when the model has none)."""
+        ...

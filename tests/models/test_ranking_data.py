@@ -1,0 +1,127 @@
+"""RankingData: validation, grouping, selection; window_view: the [day, stock, window, feature] view."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from backtest.errors import DataContractError
+from models.base import Ranker, RankingData, feature_tensor, window_view
+from models.lambdarank import LambdaRankRanker
+from models.transformer_ranker import StockTransformerRanker
+
+D = np.array(["2024-01-02", "2024-01-02", "2024-01-03", "2024-01-03", "2024-01-03"], dtype="datetime64[ns]")
+C = np.array(["A", "B", "A", "B", "C"])
+
+
+def small(**kw: object) -> RankingData:
+    args = dict(X=np.arange(10, dtype=np.float64).reshape(5, 2), dates=D, codes=C, feature_names=("f", "g"))
+    args.update(kw)
+    return RankingData(**args)  # type: ignore[arg-type]
+
+
+def test_groups_are_days_in_order() -> None:
+    data = small(relevance=np.array([1, 0, 2, 0, 1]))
+    assert data.X.dtype == np.float32
+    np.testing.assert_array_equal(data.group_sizes(), [2, 3])
+    np.testing.assert_array_equal(data.day_starts(), [0, 2, 5])
+    np.testing.assert_array_equal(data.day_index(), [0, 0, 1, 1, 1])
+    np.testing.assert_array_equal(data.day_slots(), [0, 1, 0, 1, 2])
+    np.testing.assert_array_equal(data.days(), D[[0, 2]])
+    matrix, mask = data.day_matrix(data.relevance, fill=-1)
+    np.testing.assert_array_equal(matrix, [[1, 0, -1], [2, 0, 1]])
+    np.testing.assert_array_equal(mask, [[True, True, False], [True, True, True]])
+
+
+@pytest.mark.parametrize(
+    "dates, codes, match",
+    [
+        (D[[2, 3, 4, 0, 1]], C[[2, 3, 4, 0, 1]], "sorted by \\(date, code\\)"),
+        (D, np.array(["A", "B", "A", "A", "C"]), "duplicated"),
+        (D, np.array(["B", "A", "A", "B", "C"]), "positions 1"),
+    ],
+)
+def test_unsorted_or_duplicate_samples_are_refused(dates: np.ndarray, codes: np.ndarray, match: str) -> None:
+    with pytest.raises(DataContractError, match=match):
+        small(dates=dates, codes=codes)
+
+
+def test_contract_errors_name_the_problem() -> None:
+    with pytest.raises(DataContractError, match="expected 2 names"):
+        small(feature_names=("f",))
+    with pytest.raises(DataContractError, match="bins >= 0.*-1"):
+        small(relevance=np.array([1, 0, -1, 0, 1]))
+    with pytest.raises(DataContractError, match="non-integer or missing"):
+        small(relevance=np.array([1, 0, np.nan, 0, 1]))
+    with pytest.raises(DataContractError, match="wide, date_pos and code_pos go together"):
+        small(wide=np.zeros((2, 3, 2), dtype=np.float32))
+
+
+def test_take_keeps_order_shares_wide_and_composes_rows() -> None:
+    data = small(relevance=np.array([1, 0, 2, 0, 1]))
+    tail = data.take(np.arange(2, 5))
+    assert np.shares_memory(tail.X, data.X)  # a contiguous range is a view
+    np.testing.assert_array_equal(tail.rows, [2, 3, 4])
+    inner = tail.take(np.array([0, 2]))
+    np.testing.assert_array_equal(inner.rows, [2, 4])
+    np.testing.assert_array_equal(inner.X, data.X[[2, 4]])
+    np.testing.assert_array_equal(inner.relevance, [2, 1])
+    with pytest.raises(DataContractError, match="strictly increasing"):
+        data.take(np.array([3, 1]))
+    np.testing.assert_array_equal(data.between("2024-01-03", None).rows, [2, 3, 4])
+
+
+def test_from_frame_with_tensor_aligns_samples_to_the_grid() -> None:
+    idx = pd.MultiIndex.from_arrays([pd.DatetimeIndex(D), C], names=["date", "code"])
+    frame = pd.DataFrame({"f": [1.0, 2.0, 3.0, np.nan, 5.0]}, index=idx)
+    wide, grid = feature_tensor(frame)
+    assert wide.shape == (2, 3, 1)
+    np.testing.assert_array_equal(wide[:, :, 0], [[1.0, 2.0, np.nan], [3.0, np.nan, 5.0]])
+    members = frame.drop(index=[(pd.Timestamp("2024-01-03"), "A")])  # a subset of the tensor's rows
+    data = RankingData.from_frame(members, tensor=(wide, grid))
+    np.testing.assert_array_equal(data.date_pos, [0, 0, 1, 1])
+    np.testing.assert_array_equal(data.code_pos, [0, 1, 1, 2])
+    shifted = (np.roll(wide, 1, axis=1), grid)
+    with pytest.raises(DataContractError, match="X and wide disagree"):
+        RankingData.from_frame(members, tensor=shifted)
+
+
+def test_window_view_exact_values_masks_and_prehistory() -> None:
+    # wide[t, c, 0] = 10 * t + c, wide[t, c, 1] = -(10 * t + c); stock 2 missing on day 1
+    t, c = np.meshgrid(np.arange(4), np.arange(3), indexing="ij")
+    wide = np.stack([10 * t + c, -(10 * t + c)], axis=-1).astype(np.float32)
+    wide[1, 2, :] = np.nan
+    x, mask = window_view(wide, np.array([1, 3]), window=3)
+    assert x.shape == (2, 3, 3, 2) and x.dtype == np.float32
+    np.testing.assert_array_equal(x[0, 1, :, 0], [0.0, 1.0, 11.0])  # day 1: t = -1 (before data) is 0
+    np.testing.assert_array_equal(x[1, 0, :, 1], [-10.0, -20.0, -30.0])
+    np.testing.assert_array_equal(x[1, 2, :, 0], [0.0, 22.0, 32.0])  # NaN on day 1 -> 0
+    np.testing.assert_array_equal(mask, [[True, True, False], [True, True, True]])
+    assert np.isnan(wide[1, 2]).all()  # the source keeps its NaN
+    # explicit per-day stocks, padded with -1
+    x2, mask2 = window_view(wide, np.array([1, 3]), window=2, code_positions=np.array([[2, -1], [1, 0]]))
+    np.testing.assert_array_equal(mask2, [[True, False], [True, True]])
+    np.testing.assert_array_equal(x2[0, 0, :, 0], [2.0, 0.0])
+    np.testing.assert_array_equal(x2[0, 1], np.zeros((2, 2)))
+    np.testing.assert_array_equal(x2[1, 0, :, 0], [21.0, 31.0])
+    np.testing.assert_array_equal(x2[1, 1, :, 0], [20.0, 30.0])
+    # the torch path gathers the same values from a NaN-free tensor
+    xt, maskt = window_view(torch.from_numpy(np.nan_to_num(wide)), torch.tensor([1, 3]), 2,
+                            code_positions=torch.tensor([[2, -1], [1, 0]]))
+    np.testing.assert_array_equal(xt.numpy(), x2)
+    np.testing.assert_array_equal(maskt.numpy(), mask2)
+
+
+def test_window_source_without_tensor_uses_the_samples_own_grid() -> None:
+    data = small()
+    wide, dpos, cpos = data.window_source()
+    assert wide.shape == (2, 3, 2)
+    np.testing.assert_array_equal(wide[dpos, cpos], data.X)
+    assert np.isnan(wide[0, 2]).all()  # C has no sample on the first day
+
+
+def test_both_models_implement_the_protocol() -> None:
+    assert isinstance(LambdaRankRanker(), Ranker)
+    assert isinstance(StockTransformerRanker(), Ranker)
