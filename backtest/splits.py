@@ -1,0 +1,790 @@
+"""Rolling and combinatorial purged splits over trading dates, with the purge derived from ``label_end``.
+
+The purge rule (DESIGN.md, "Timing convention"): a model that decides after the close of day ``d`` may
+train on a sample ``(t, code)`` only if
+
+    label_end(t, code) <= cutoff(d) = the trading day ``embargo`` trading days before d
+
+(``cutoff = d`` when ``embargo = 0``: a label that ends at the open of d is known at d's close). The
+horizon is never typed in: it is whatever ``label_end`` (from :func:`backtest.labels.make_labels`) says.
+Inside a training window the validation tail used for early stopping is separated the same way: its
+first date ``v0`` plays the role of a decision date, so training labels must satisfy
+``label_end <= valid_cutoff`` = the trading day ``embargo`` days before ``v0``, and validation labels
+must satisfy ``label_end <= cutoff(d)``.
+
+Splits work on trading dates, never on panel rows: all samples of a date are in or out together. When a
+date holds samples with different ``label_end`` values, the latest one decides (a conservative purge).
+
+``label_end`` inputs are Series indexed by sample date, or by (date, code), sorted by date; their values
+are trading days (datetime64). ``dates`` inputs are the trading calendar: sorted, unique.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from itertools import combinations
+from math import comb
+
+import numpy as np
+import pandas as pd
+
+from backtest.errors import ConfigError, DataContractError, InsufficientHistoryError, LeakageError, preview
+
+log = logging.getLogger(__name__)
+
+WINDOWS: tuple[str, ...] = ("sliding", "expanding")
+
+#: ``test_start: null`` means the last this-many calendar years of the loaded data.
+DEFAULT_TEST_YEARS: int = 2
+
+_NS = "datetime64[ns]"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Records and folds
+
+
+@dataclass(frozen=True)
+class LeakageRecord:
+    """The leakage evidence of one fold: what was trained on, up to which ``label_end``, and the cutoff.
+
+    ``leaky`` is True when a training or validation ``label_end`` lies after its cutoff; it can only be
+    True when the purge was switched off (``purge=False``), because a purged fold that breaks the rule
+    raises :class:`~backtest.errors.LeakageError` instead.
+    """
+
+    fold: int
+    decision_date: pd.Timestamp
+    cutoff: pd.Timestamp
+    embargo: int
+    purge: bool
+    train_start: pd.Timestamp
+    train_end: pd.Timestamp
+    valid_start: pd.Timestamp | None
+    valid_end: pd.Timestamp | None
+    valid_cutoff: pd.Timestamp | None
+    max_train_label_end: pd.Timestamp
+    max_valid_label_end: pd.Timestamp | None
+    n_train_samples: int
+    n_valid_samples: int
+    n_purged: int
+    leaky: bool
+
+    @property
+    def leak_guard(self) -> str:
+        """``"passed"``, ``"failed"`` or ``"disabled"`` (the tag vocabulary of DESIGN.md)."""
+        if not self.purge:
+            return "disabled"
+        return "failed" if self.leaky else "passed"
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain-Python form (dates as ``YYYY-MM-DD`` strings) for JSON artifacts and tracking."""
+        out: dict[str, object] = {}
+        for key, value in asdict(self).items():
+            out[key] = value.strftime("%Y-%m-%d") if isinstance(value, pd.Timestamp) else value
+        out["leak_guard"] = self.leak_guard
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class Fold:
+    """One retraining of a rolling backtest.
+
+    Attributes
+    ----------
+    fold : int, the fold number (0-based, in time order).
+    decision_date : Timestamp, the first prediction date; the model decides after its close.
+    predict_dates : DatetimeIndex, the decision dates this model serves, until the next retrain.
+    train_dates : DatetimeIndex, the sample dates of the training part.
+    valid_dates : DatetimeIndex, the sample dates of the early-stopping validation tail (may be empty).
+    record : LeakageRecord, the fold's cutoffs and evidence.
+    """
+
+    fold: int
+    decision_date: pd.Timestamp
+    predict_dates: pd.DatetimeIndex
+    train_dates: pd.DatetimeIndex
+    valid_dates: pd.DatetimeIndex
+    record: LeakageRecord = field(repr=False)
+
+    @property
+    def cutoff(self) -> pd.Timestamp:
+        """Latest ``label_end`` usable for this fold (``embargo`` trading days before the decision)."""
+        return self.record.cutoff
+
+    def sample_positions(self, index: pd.Index) -> tuple[np.ndarray, np.ndarray]:
+        """Row positions of the training and validation samples in ``index``.
+
+        Parameters
+        ----------
+        index : DatetimeIndex of sample dates, or (date, code) MultiIndex (e.g. ``labels.index`` or the
+            feature matrix's index).
+
+        Returns
+        -------
+        (train_idx, valid_idx) : int64 arrays of positions into ``index``.
+        """
+        sample_dates = index.get_level_values(0) if isinstance(index, pd.MultiIndex) else index
+        return (
+            np.flatnonzero(sample_dates.isin(self.train_dates)),
+            np.flatnonzero(sample_dates.isin(self.valid_dates)),
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"fold {self.fold}: decide {_day(self.decision_date)}"
+            f"  predict {_span(self.predict_dates)}"
+            f"  train {_span(self.train_dates)}"
+            f"  valid {_span(self.valid_dates)}"
+            f"  cutoff {_day(self.cutoff)}"
+        )
+
+
+def check_fold(fold: Fold, label_end: pd.Series) -> None:
+    """Raise ``LeakageError`` if the fold trains or validates on a label that ends after its cutoff.
+
+    Checks, against ``label_end`` (not against how the fold was built): every training ``label_end``
+    <= ``fold.record.cutoff`` and, when there is a validation tail, <= ``fold.record.valid_cutoff``;
+    every validation ``label_end`` <= the cutoff; no training or validation date on or after the
+    decision date; no training date among the prediction dates.
+
+    Parameters
+    ----------
+    fold : Fold
+    label_end : Series of datetime64 indexed by sample date or (date, code), sorted by date.
+
+    Raises
+    ------
+    LeakageError
+        Naming the fold, its decision date and cutoff, and the offending dates with their label_end.
+    """
+    problems = _violations(fold, _LabelEnds.of(label_end))
+    if problems:
+        raise LeakageError(
+            f"Fold {fold.fold} (decision {_day(fold.decision_date)}, cutoff {_day(fold.cutoff)} = "
+            f"{fold.record.embargo} trading days of embargo before the decision) leaks: "
+            + "; ".join(problems)
+            + ". Keep purge=True; a hand-built fold must take training dates with "
+            "label_end <= cutoff (and <= valid_cutoff when it has a validation tail)."
+        )
+
+
+# ----------------------------------------------------------------------------------------------------
+# Rolling schedule
+
+
+@dataclass(frozen=True)
+class RollingSchedule:
+    """Retrain every ``retrain_every`` trading days over a test period, purging from ``label_end``.
+
+    For a fold deciding at ``d`` (calendar position ``p``), with ``e = embargo``:
+
+    1. ``cutoff = dates[p - e]``; usable samples: dated before ``d`` with ``label_end <= cutoff``.
+    2. Validation tail: the usable dates among the last ``valid_days`` trading days ending at the latest
+       usable date; its first day ``v0`` gives ``valid_cutoff = dates[pos(v0) - e]``.
+    3. Training candidates: dated before ``v0`` with ``label_end <= valid_cutoff`` (before ``d`` with
+       ``label_end <= cutoff`` when ``valid_days = 0``).
+    4. Window: ``"sliding"`` keeps the candidates within the last ``train_window`` trading days ending
+       at the latest candidate; ``"expanding"`` keeps all candidates from the first labelled date and
+       requires at least ``train_window`` trading days of them (the first fold's length).
+
+    With labels of horizon ``h`` on every date, the purge leaves ``h + e - 1`` unlabelled trading days
+    between the training part and ``v0`` and as many between the validation tail and ``d``; a fold
+    therefore needs ``train_window + valid_days + 2 (h + e - 1)`` trading days of labelled history
+    before ``d`` (``train_window + h + e - 1`` without a validation tail).
+
+    Parameters
+    ----------
+    retrain_every : int
+        Trading days between retrains; each fold predicts that many decision dates (the last fewer).
+    train_window : int
+        Trading days of the training part (sliding), or its minimum length (expanding).
+    window : {"sliding", "expanding"}
+    valid_days : int
+        Trading days of the early-stopping validation tail (0: none).
+    embargo : int
+        Extra trading days between the latest usable ``label_end`` and the decision date.
+    test_start, test_end : date-like or None
+        First and last decision dates (snapped inward to trading days). ``None``: the last
+        ``DEFAULT_TEST_YEARS`` calendar years of the calendar, up to its last day.
+    purge : bool
+        True (default): the rule above, and every fold is checked with :func:`check_fold`.
+        False: the buggy "train on every sample dated before the decision date" of the original
+        research, for a leak demonstration only; records are marked ``leaky`` instead of raising.
+    leak_demo : bool
+        Must be True to accept ``purge=False``: the run declares itself a leak demonstration.
+
+    Warnings
+    --------
+    ``purge=False`` trains on labels that end after the decision date: its results are not results.
+
+    Examples
+    --------
+    Labels of horizon 2 on 30 business days; retrain every 5 days from 2024-01-29, 6-day sliding
+    window, 3-day validation tail, embargo 1:
+
+    >>> dates = pd.bdate_range("2024-01-01", periods=30, name="date")
+    >>> label_end = pd.Series(dates[2:], index=dates[:-2])
+    >>> schedule = RollingSchedule(retrain_every=5, train_window=6, valid_days=3, embargo=1,
+    ...                            test_start="2024-01-29")
+    >>> for fold in schedule.split(dates, label_end):
+    ...     print(fold)
+    fold 0: decide 2024-01-29  predict 2024-01-29..2024-02-02 (5)  train 2024-01-10..2024-01-17 (6)  valid 2024-01-22..2024-01-24 (3)  cutoff 2024-01-26
+    fold 1: decide 2024-02-05  predict 2024-02-05..2024-02-09 (5)  train 2024-01-17..2024-01-24 (6)  valid 2024-01-29..2024-01-31 (3)  cutoff 2024-02-02
+
+    Fold 0: the validation labels end by 2024-01-26 (the cutoff, one trading day before the
+    decision); 2024-01-25 and 2024-01-26 are purged (their labels end 2024-01-29 and 2024-01-30).
+    The training labels end by 2024-01-19, one trading day before ``v0`` = 2024-01-22.
+
+    >>> fold = next(schedule.split(dates, label_end))
+    >>> {k: fold.record.to_dict()[k] for k in ("max_train_label_end", "valid_cutoff", "n_purged")}
+    {'max_train_label_end': '2024-01-19', 'valid_cutoff': '2024-01-19', 'n_purged': 4}
+    """
+
+    retrain_every: int = 5
+    train_window: int = 500
+    window: str = "sliding"
+    valid_days: int = 20
+    embargo: int = 2
+    test_start: pd.Timestamp | str | None = None
+    test_end: pd.Timestamp | str | None = None
+    purge: bool = True
+    leak_demo: bool = False
+
+    def __post_init__(self) -> None:
+        for name, low in (("retrain_every", 1), ("train_window", 1), ("valid_days", 0), ("embargo", 0)):
+            _check_int(f"backtest.{name}", getattr(self, name), low)
+        if self.window not in WINDOWS:
+            raise ConfigError(f"backtest.window must be one of {', '.join(WINDOWS)}; got {self.window!r}.")
+        for name in ("purge", "leak_demo"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ConfigError(f"backtest.{name} must be true or false; got {getattr(self, name)!r}.")
+        if not self.purge and not self.leak_demo:
+            raise ConfigError(
+                "backtest.purge=false trains on labels that end after the decision date. It is only "
+                "accepted for a leak demonstration: set backtest.leak_demo=true as well (the run is then "
+                "tagged leak_guard=disabled), or keep backtest.purge=true."
+            )
+        for name in ("test_start", "test_end"):
+            object.__setattr__(self, name, _parse_date(f"backtest.{name}", getattr(self, name)))
+        if self.test_start is not None and self.test_end is not None and self.test_start > self.test_end:
+            raise ConfigError(
+                f"backtest.test_start ({_day(self.test_start)}) is after backtest.test_end "
+                f"({_day(self.test_end)}); swap them or set one to null."
+            )
+
+    def test_period(self, dates: pd.DatetimeIndex) -> tuple[pd.Timestamp, pd.Timestamp]:
+        """First and last decision dates on the calendar ``dates`` (``None`` bounds resolved).
+
+        Parameters
+        ----------
+        dates : DatetimeIndex, the trading calendar, sorted and unique.
+        """
+        calendar = _calendar(dates)
+        test = self._test_dates(calendar)
+        return test[0], test[-1]
+
+    def get_n_splits(self, dates: pd.DatetimeIndex) -> int:
+        """Number of folds (retrains) over the test period of ``dates``."""
+        n_test = len(self._test_dates(_calendar(dates)))
+        return -(-n_test // self.retrain_every)
+
+    def split(self, dates: pd.DatetimeIndex, label_end: pd.Series) -> Iterator[Fold]:
+        """The folds, in time order; all are built and checked before the first is returned.
+
+        Parameters
+        ----------
+        dates : DatetimeIndex
+            The trading calendar (sorted, unique), including the unlabelled last days.
+        label_end : Series of datetime64
+            ``Labels.label_end``: indexed by sample date or (date, code), sorted by date; sample dates
+            must be on the calendar.
+
+        Yields
+        ------
+        Fold
+
+        Raises
+        ------
+        DataContractError
+            Unsorted or duplicate calendar, unsorted ``label_end``, sample dates off the calendar.
+        InsufficientHistoryError
+            A fold cannot get its training window and validation tail from the labelled history.
+        LeakageError
+            A purged fold breaks the purge rule (a bug guard; cannot happen with ``purge=True``).
+        """
+        return iter(self.folds(dates, label_end))
+
+    def folds(self, dates: pd.DatetimeIndex, label_end: pd.Series) -> list[Fold]:
+        """All folds as a list; see :meth:`split`."""
+        calendar = _calendar(dates)
+        ends = _LabelEnds.of(label_end)
+        pos = _positions_on(calendar, ends.dates, "label_end's sample dates")
+        test = self._test_dates(calendar)
+        test_pos = calendar.get_indexer(test)
+        blocks = [test_pos[i : i + self.retrain_every] for i in range(0, len(test_pos), self.retrain_every)]
+        if not self.purge:
+            log.warning(
+                "rolling schedule: purge DISABLED (leak demonstration); training uses every sample dated "
+                "before the decision date, including labels that end after it"
+            )
+        folds = [self._fold(i, block, calendar, ends, pos) for i, block in enumerate(blocks)]
+        n_leaky = sum(f.record.leaky for f in folds)
+        horizon = int((calendar.values.astype(_NS).searchsorted(ends.end) - pos).max())
+        log.info(
+            "rolling schedule: %d folds, decisions %s, %s window %d + valid %d, embargo %d, label_end up "
+            "to %d trading days after the sample date, purge %s%s",
+            len(folds), _span(test), self.window, self.train_window, self.valid_days, self.embargo,
+            horizon, "on" if self.purge else "OFF", f", {n_leaky} leaky folds" if n_leaky else "",
+        )
+        return folds
+
+    def _test_dates(self, calendar: pd.DatetimeIndex) -> pd.DatetimeIndex:
+        if len(calendar) == 0:
+            raise InsufficientHistoryError("The trading calendar is empty: load data before scheduling folds.")
+        start = self.test_start
+        if start is None:
+            start = calendar[calendar > calendar[-1] - pd.DateOffset(years=DEFAULT_TEST_YEARS)][0]
+        end = calendar[-1] if self.test_end is None else self.test_end
+        test = calendar[(calendar >= start) & (calendar <= end)]
+        if len(test) == 0:
+            raise ConfigError(
+                f"The test period {_day(start)}..{_day(end)} holds no trading day of the data "
+                f"({_span(calendar)}). Set backtest.test_start / backtest.test_end inside the data."
+            )
+        return test
+
+    def _fold(
+        self, number: int, block: np.ndarray, calendar: pd.DatetimeIndex, ends: "_LabelEnds", pos: np.ndarray
+    ) -> Fold:
+        cal = calendar.values.astype(_NS)
+        p, e = int(block[0]), self.embargo
+        decision = calendar[p]
+
+        def insufficient(what: str) -> InsufficientHistoryError:
+            return InsufficientHistoryError(
+                f"Fold {number} (decision {_day(decision)}) {what}. A fold needs train_window="
+                f"{self.train_window} + valid_days={self.valid_days} trading days of labelled history "
+                f"plus the purge gaps (label horizon + embargo={e} - 1, once before the validation tail "
+                f"and once before the decision); labelled history starts {_day(ends.dates[0])}, "
+                f"{p - int(pos[0])} trading days before the decision. Fix: move backtest.test_start later, "
+                f"load more history, or shorten backtest.train_window / valid_days / embargo."
+            )
+
+        if p - e < 0:
+            raise insufficient(f"has no trading day {e} days before it for the cutoff")
+        cutoff = cal[p - e]
+        before = pos < p
+        usable = before & (ends.end <= cutoff) if self.purge else before
+        if not usable.any():
+            raise insufficient(f"has no sample with label_end <= the cutoff {_day(calendar[p - e])}")
+        last_usable = int(pos[usable].max())
+
+        valid_cutoff = None
+        valid = np.zeros(len(pos), dtype=bool)
+        candidates = usable
+        if self.valid_days > 0:
+            v0 = last_usable - self.valid_days + 1
+            if v0 - e < 0:
+                raise insufficient(f"cannot fit a {self.valid_days}-day validation tail and its cutoff")
+            valid = usable & (pos >= v0)
+            valid_cutoff = cal[v0 - e]
+            candidates = (pos < v0) & (ends.end <= valid_cutoff) if self.purge else pos < v0
+        if not candidates.any():
+            raise insufficient("has no training sample left after the purge")
+        last_train = int(pos[candidates].max())
+        window_start = last_train - self.train_window + 1
+        if window_start < int(pos[0]):
+            raise insufficient(
+                f"would need its {self.window} training window to start {int(pos[0]) - window_start} "
+                f"trading days before the first labelled date"
+            )
+        train = candidates & (pos >= window_start) if self.window == "sliding" else candidates
+
+        first_train = int(pos[train].min())
+        purged = (pos >= first_train) & before & ~train & ~valid
+        record = LeakageRecord(
+            fold=number,
+            decision_date=decision,
+            cutoff=calendar[p - e],
+            embargo=e,
+            purge=self.purge,
+            train_start=ends.dates[train][0],
+            train_end=ends.dates[train][-1],
+            valid_start=ends.dates[valid][0] if valid.any() else None,
+            valid_end=ends.dates[valid][-1] if valid.any() else None,
+            valid_cutoff=pd.Timestamp(valid_cutoff) if valid_cutoff is not None else None,
+            max_train_label_end=pd.Timestamp(ends.end[train].max()),
+            max_valid_label_end=pd.Timestamp(ends.end[valid].max()) if valid.any() else None,
+            n_train_samples=int(ends.counts[train].sum()),
+            n_valid_samples=int(ends.counts[valid].sum()),
+            n_purged=int(ends.counts[purged].sum()),
+            leaky=False,
+        )
+        fold = Fold(
+            fold=number,
+            decision_date=decision,
+            predict_dates=calendar[block],
+            train_dates=ends.dates[train],
+            valid_dates=ends.dates[valid],
+            record=record,
+        )
+        if _violations(fold, ends):
+            if self.purge:
+                check_fold(fold, ends.as_series())  # a bug guard: raises with the full message
+            fold = replace(fold, record=replace(record, leaky=True))
+        log.debug("%s  leak_guard=%s", fold, fold.record.leak_guard)
+        return fold
+
+
+# ----------------------------------------------------------------------------------------------------
+# Combinatorial purged cross-validation
+
+
+@dataclass(frozen=True)
+class CombinatorialPurgedKFold:
+    """Combinatorial purged cross-validation (Lopez de Prado, AFML ch. 12) over trading dates.
+
+    The sample dates are cut into ``n_groups`` contiguous groups of (nearly) equal numbers of dates;
+    every choice of ``n_test_groups`` of them is one split (``C(n_groups, n_test_groups)`` splits).
+
+    Purge and embargo, for every test group with first / last sample date ``b0`` / ``b1`` and latest
+    test ``label_end`` ``E`` (a sample's label window is ``(t, label_end]``: the trading days whose
+    prices its label depends on):
+
+    - a training sample dated before the group is kept only if ``label_end <= b0`` (its label is known
+      by the group's first decision: the rolling rule with embargo 0);
+    - a training sample dated after the group is kept only if its date is on or after the trading day
+      ``embargo`` days after ``E`` (purge: its window starts after every test label window ends;
+      embargo: ``embargo`` more trading days against serial correlation).
+
+    So no training label window overlaps a test label window. Each group is tested in
+    ``C(n_groups - 1, n_test_groups - 1)`` splits, which assemble into as many backtest paths
+    (:meth:`backtest_paths`) for PBO / CSCV.
+
+    Parameters
+    ----------
+    n_groups : int
+        Number of contiguous date groups (>= 2).
+    n_test_groups : int
+        Groups tested per split (1 .. n_groups - 1).
+    embargo : int
+        Trading days dropped from training after each test group's last label_end.
+
+    Examples
+    --------
+    Twelve business days, one sample a day with horizon 2, four groups of three days, two test groups,
+    embargo 1; ``T`` = test, ``x`` = purged or embargoed, ``.`` = training:
+
+    >>> dates = pd.bdate_range("2024-01-01", periods=14, name="date")
+    >>> label_end = pd.Series(dates[2:], index=dates[:-2])
+    >>> cv = CombinatorialPurgedKFold(n_groups=4, n_test_groups=2, embargo=1)
+    >>> for s, (train, test) in enumerate(cv.split(label_end)):
+    ...     row = np.full(len(label_end), "x")
+    ...     row[train], row[test] = ".", "T"
+    ...     print(s, cv.test_group_sets()[s], " ".join(row))
+    0 (0, 1) T T T T T T x x . . . .
+    1 (0, 2) T T T x x x T T T x x .
+    2 (0, 3) T T T x x . . . x T T T
+    3 (1, 2) . . x T T T T T T x x .
+    4 (1, 3) . . x T T T x x x T T T
+    5 (2, 3) . . . . . x T T T T T T
+
+    Split 3 tests days 3-8 (days counted from 0). Before the test: day 2 (label_end day 4 > b0 = day 3)
+    is purged, its label needs the open of day 4; day 1 (label_end day 3 = b0) is kept. After it: the
+    test labels end on day 10 (E = sample day 8 + 2); day 9 is purged (its window (9, 11] overlaps
+    (8, 10]), day 10 is embargoed (embargo 1) and training resumes on day 11.
+
+    The ``6`` splits make ``3`` backtest paths; ``paths[p, g]`` names the split predicting group ``g``:
+
+    >>> cv.backtest_paths()
+    array([[0, 0, 1, 2],
+           [1, 3, 3, 4],
+           [2, 4, 5, 5]])
+    """
+
+    n_groups: int = 6
+    n_test_groups: int = 2
+    embargo: int = 0
+
+    def __post_init__(self) -> None:
+        _check_int("cpcv.n_groups", self.n_groups, 2)
+        _check_int("cpcv.n_test_groups", self.n_test_groups, 1)
+        _check_int("cpcv.embargo", self.embargo, 0)
+        if self.n_test_groups >= self.n_groups:
+            raise ConfigError(
+                f"cpcv.n_test_groups must be smaller than cpcv.n_groups; got {self.n_test_groups} of "
+                f"{self.n_groups}. Use e.g. n_groups=6, n_test_groups=2."
+            )
+
+    def get_n_splits(self) -> int:
+        """Number of splits, ``C(n_groups, n_test_groups)``."""
+        return comb(self.n_groups, self.n_test_groups)
+
+    def get_n_paths(self) -> int:
+        """Number of backtest paths, ``C(n_groups - 1, n_test_groups - 1)``."""
+        return comb(self.n_groups - 1, self.n_test_groups - 1)
+
+    def test_group_sets(self) -> list[tuple[int, ...]]:
+        """The test groups of each split, in split order (lexicographic combinations)."""
+        return list(combinations(range(self.n_groups), self.n_test_groups))
+
+    def backtest_paths(self) -> np.ndarray:
+        """Which split's test predictions fill each group of each backtest path.
+
+        Returns
+        -------
+        ndarray of int, shape (n_paths, n_groups)
+            ``paths[p, g]`` is the split index whose out-of-sample predictions of group ``g`` belong to
+            path ``p``; every split appears in exactly ``n_test_groups`` cells.
+
+        Examples
+        --------
+        >>> CombinatorialPurgedKFold(n_groups=4, n_test_groups=2).backtest_paths()
+        array([[0, 0, 1, 2],
+               [1, 3, 3, 4],
+               [2, 4, 5, 5]])
+        """
+        paths = np.full((self.get_n_paths(), self.n_groups), -1, dtype=np.int64)
+        filled = np.zeros(self.n_groups, dtype=np.int64)
+        for s, groups in enumerate(self.test_group_sets()):
+            for g in groups:
+                paths[filled[g], g] = s
+                filled[g] += 1
+        return paths
+
+    def groups(self, label_end: pd.Series) -> np.ndarray:
+        """Group number (0 .. n_groups - 1) of every sample of ``label_end``, in its row order."""
+        sample_dates = _sample_dates(label_end)
+        unique = np.unique(sample_dates)
+        if len(unique) < self.n_groups:
+            raise InsufficientHistoryError(
+                f"CombinatorialPurgedKFold needs at least n_groups={self.n_groups} distinct sample dates; "
+                f"label_end has {len(unique)}. Use fewer groups or more history."
+            )
+        group_of_date = np.empty(len(unique), dtype=np.int64)
+        for g, members in enumerate(np.array_split(np.arange(len(unique)), self.n_groups)):
+            group_of_date[members] = g
+        return group_of_date[np.searchsorted(unique, sample_dates)]
+
+    def split(
+        self, label_end: pd.Series, dates: pd.DatetimeIndex | None = None
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Yield ``(train_idx, test_idx)`` positions into the rows of ``label_end``, one per split.
+
+        Parameters
+        ----------
+        label_end : Series of datetime64
+            Indexed by sample date or (date, code), sorted by date (``Labels.label_end``).
+        dates : DatetimeIndex, optional
+            The trading calendar the embargo counts on; default: the sample dates and label_end values.
+
+        Raises
+        ------
+        DataContractError
+            Unsorted input, or dates off the calendar.
+        InsufficientHistoryError
+            Fewer distinct dates than groups, or a split left without training samples.
+        """
+        ends = _LabelEnds.of(label_end)  # validates order and label_end > date
+        sample_dates = _sample_dates(label_end)
+        sample_end = label_end.to_numpy().astype(_NS)
+        if dates is None:
+            calendar = pd.DatetimeIndex(np.union1d(ends.dates.values.astype(_NS), ends.end))
+        else:
+            calendar = _calendar(dates)
+        _positions_on(calendar, ends.dates, "label_end's sample dates")
+        _positions_on(calendar, pd.DatetimeIndex(np.unique(sample_end)), "label_end values")
+        group = self.groups(label_end)
+        # Per group: first and last sample date, and the first date training may resume after it.
+        bounds: list[tuple[np.datetime64, np.datetime64, pd.Timestamp | None]] = []
+        for g in range(self.n_groups):
+            in_g = group == g
+            resume = int(calendar.get_indexer([sample_end[in_g].max()])[0]) + self.embargo
+            resume_day = calendar[resume] if resume < len(calendar) else None
+            bounds.append((sample_dates[in_g][0], sample_dates[in_g][-1], resume_day))
+        return self._split(group, sample_dates, sample_end, bounds)
+
+    def _split(
+        self, group: np.ndarray, sample_dates: np.ndarray, sample_end: np.ndarray, bounds: list
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for s, test_groups in enumerate(self.test_group_sets()):
+            test = np.isin(group, test_groups)
+            train = ~test
+            for g in test_groups:
+                first, last, resume = bounds[g]
+                train &= ~((sample_dates < first) & (sample_end > first))  # purge before the group
+                after = sample_dates > last
+                if resume is None:  # the test labels or the embargo reach the end of the calendar
+                    train &= ~after
+                else:  # purge and embargo after the group
+                    train &= ~(after & (sample_dates < np.datetime64(resume, "ns")))
+            if not train.any():
+                raise InsufficientHistoryError(
+                    f"CPCV split {s} (test groups {test_groups}) has no training sample left after the purge "
+                    f"and embargo={self.embargo}. Use more history, fewer test groups or a smaller embargo."
+                )
+            yield np.flatnonzero(train), np.flatnonzero(test)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Shared validation and reductions
+
+
+@dataclass(frozen=True, eq=False)
+class _LabelEnds:
+    """``label_end`` reduced to one row per sample date: the latest label_end and the sample count."""
+
+    dates: pd.DatetimeIndex
+    end: np.ndarray  # datetime64[ns], latest label_end of each date
+    counts: np.ndarray  # int64, samples of each date
+
+    @classmethod
+    def of(cls, label_end: pd.Series) -> "_LabelEnds":
+        sample_dates = _sample_dates(label_end)
+        if not pd.api.types.is_datetime64_any_dtype(label_end.dtype):
+            raise DataContractError(
+                f"label_end must hold datetime64 trading days; got dtype {label_end.dtype}. "
+                f"Pass Labels.label_end from make_labels()."
+            )
+        values = label_end.to_numpy().astype(_NS)
+        if len(values) == 0:
+            raise InsufficientHistoryError("label_end is empty: there are no labelled samples to split.")
+        if np.isnat(values).any():
+            raise DataContractError(
+                f"label_end has {int(np.isnat(values).sum())} missing values. Samples without a complete "
+                f"label window must be dropped, not kept with NaT (make_labels drops them)."
+            )
+        bad = np.flatnonzero(values <= sample_dates)
+        if len(bad):
+            raise DataContractError(
+                f"label_end must be after each sample's date; {len(bad)} samples are not, e.g. "
+                f"{preview([f'{_day(sample_dates[i])} -> {_day(values[i])}' for i in bad[:5]], 5)}."
+            )
+        starts = np.flatnonzero(np.r_[True, sample_dates[1:] != sample_dates[:-1]])
+        return cls(
+            dates=pd.DatetimeIndex(sample_dates[starts], name="date"),
+            end=np.maximum.reduceat(values.view(np.int64), starts).view(_NS),
+            counts=np.diff(np.r_[starts, len(values)]).astype(np.int64),
+        )
+
+    def as_series(self) -> pd.Series:
+        return pd.Series(self.end, index=self.dates, name="label_end")
+
+
+def _sample_dates(label_end: pd.Series) -> np.ndarray:
+    """The sample dates (level 0) of ``label_end`` as datetime64[ns], checked to be sorted."""
+    if not isinstance(label_end, pd.Series):
+        raise DataContractError(
+            f"label_end must be a pandas Series indexed by date or (date, code); got {type(label_end).__name__}."
+        )
+    index = label_end.index
+    level = index.get_level_values(0) if isinstance(index, pd.MultiIndex) else index
+    if not pd.api.types.is_datetime64_any_dtype(level.dtype):
+        raise DataContractError(
+            f"label_end must be indexed by sample date (or (date, code)); its first index level has dtype "
+            f"{level.dtype}. Pass Labels.label_end from make_labels()."
+        )
+    values = np.asarray(level.values).astype(_NS)
+    down = np.flatnonzero(values[1:] < values[:-1])
+    if len(down):
+        i = int(down[0])
+        raise DataContractError(
+            f"label_end's sample dates must be sorted ascending; row {i + 1} ({_day(values[i + 1])}) comes "
+            f"after row {i} ({_day(values[i])}). Sort it with label_end.sort_index()."
+        )
+    return values
+
+
+def _calendar(dates: pd.DatetimeIndex) -> pd.DatetimeIndex:
+    """The trading calendar, checked to be strictly increasing."""
+    try:
+        calendar = pd.DatetimeIndex(dates)
+    except (TypeError, ValueError) as exc:
+        raise DataContractError(f"dates must be trading days (datetime64); could not read them: {exc}") from exc
+    values = calendar.values.astype(_NS)
+    if np.isnat(values).any():
+        raise DataContractError("dates contains missing values (NaT); pass the trading calendar only.")
+    bad = np.flatnonzero(values[1:] <= values[:-1])
+    if len(bad):
+        i = int(bad[0])
+        kind = "repeats" if values[i + 1] == values[i] else "comes after"
+        raise DataContractError(
+            f"dates must be sorted ascending and unique (the trading calendar); position {i + 1} "
+            f"({_day(values[i + 1])}) {kind} position {i} ({_day(values[i])}). Pass e.g. "
+            f"panel.index.get_level_values('date').unique().sort_values()."
+        )
+    return calendar
+
+
+def _positions_on(calendar: pd.DatetimeIndex, days: pd.DatetimeIndex, what: str) -> np.ndarray:
+    pos = calendar.get_indexer(days)
+    missing = days[pos < 0]
+    if len(missing):
+        raise DataContractError(
+            f"{what} must be trading days of the calendar ({_span(calendar)}); {len(missing)} are not, "
+            f"e.g. {preview([_day(d) for d in missing], 5)}. Pass the calendar of the panel the labels "
+            f"were made from."
+        )
+    return pos
+
+
+def _violations(fold: Fold, ends: _LabelEnds) -> list[str]:
+    """The purge-rule breaches of ``fold`` against ``ends`` (empty when the fold is clean)."""
+    record = fold.record
+    cutoff = np.datetime64(record.cutoff, "ns")
+    problems = []
+    by_date = ends.as_series()
+
+    def late(days: pd.DatetimeIndex, limit: np.datetime64, role: str, limit_name: str) -> None:
+        end = by_date.reindex(days).dropna()
+        bad = end[end.to_numpy().astype(_NS) > limit]
+        if len(bad):
+            problems.append(
+                f"{len(bad)} {role} dates have label_end after the {limit_name} {_day(limit)}: "
+                + preview([f"{_day(d)} (label_end {_day(v)})" for d, v in bad.items()], 5)
+            )
+
+    late(fold.train_dates, cutoff, "training", "cutoff")
+    late(fold.valid_dates, cutoff, "validation", "cutoff")
+    if record.valid_cutoff is not None and len(fold.valid_dates):
+        late(fold.train_dates, np.datetime64(record.valid_cutoff, "ns"), "training", "validation cutoff")
+    for role, days in (("training", fold.train_dates), ("validation", fold.valid_dates)):
+        ahead = days[days >= fold.decision_date]
+        if len(ahead):
+            problems.append(f"{len(ahead)} {role} dates on or after the decision date: {preview(map(_day, ahead))}")
+    shared = fold.train_dates.intersection(fold.predict_dates)
+    if len(shared):
+        problems.append(f"training dates that are also prediction dates: {preview(map(_day, shared))}")
+    return problems
+
+
+def _check_int(name: str, value: object, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ConfigError(f"{name} must be an integer; got {value!r} ({type(value).__name__}).")
+    if value < low:
+        raise ConfigError(f"{name} must be >= {low}; got {value}.")
+
+
+def _parse_date(name: str, value: object) -> pd.Timestamp | None:
+    if value is None:
+        return None
+    try:
+        stamp = pd.Timestamp(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{name} must be a date like 2024-01-02 or null; got {value!r} ({exc}).") from exc
+    if pd.isna(stamp):
+        raise ConfigError(f"{name} must be a date like 2024-01-02 or null; got {value!r}.")
+    return stamp
+
+
+def _day(value: object) -> str:
+    return pd.Timestamp(value).strftime("%Y-%m-%d")
+
+
+def _span(days: pd.DatetimeIndex) -> str:
+    if len(days) == 0:
+        return "none"
+    return f"{_day(days[0])}..{_day(days[-1])} ({len(days)})"
