@@ -1,0 +1,283 @@
+"""Metrics: agreement with quantstats where it defines the same quantity, exact small-number tests elsewhere."""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import norm
+
+from backtest import metrics
+from backtest.errors import DataContractError
+
+logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    import quantstats as qs  # noqa: E402
+
+
+def daily(values, start="2024-01-02") -> pd.Series:
+    return pd.Series(values, index=pd.bdate_range(start, periods=len(values)), dtype="float64")
+
+
+def panel_series(rows: dict[tuple[str, str], float]) -> pd.Series:
+    index = pd.MultiIndex.from_tuples([(pd.Timestamp(d), c) for d, c in rows], names=["date", "code"])
+    return pd.Series(list(rows.values()), index=index, dtype="float64")
+
+
+# --------------------------------------------------------------------------------------------------
+# Agreement with quantstats 0.0.86
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_return_metrics_agree_with_quantstats(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(60, 800))
+    returns = daily(rng.standard_t(4, n) * 0.015 + 0.0004)
+    assert metrics.sharpe(returns) == pytest.approx(qs.stats.sharpe(returns), abs=1e-9)
+    assert metrics.sortino(returns) == pytest.approx(qs.stats.sortino(returns), abs=1e-9)
+    assert metrics.ann_vol(returns) == pytest.approx(qs.stats.volatility(returns), abs=1e-9)
+    assert metrics.cum_return(returns) == pytest.approx(qs.stats.comp(returns), abs=1e-9)
+    # quantstats 0.0.86's cagr counts periods (years = n / periods), not calendar days.
+    assert metrics.ann_return(returns) == pytest.approx(qs.stats.cagr(returns, periods=252), abs=1e-9)
+    assert metrics.max_drawdown(returns) == pytest.approx(qs.stats.max_drawdown(returns), abs=1e-9)
+    assert metrics.psr(returns) == pytest.approx(qs.stats.probabilistic_sharpe_ratio(returns), abs=1e-9)
+
+
+def test_max_drawdown_agrees_with_quantstats_when_the_first_day_loses():
+    returns = daily([-0.1, 0.05, -0.1, 0.2])
+    assert metrics.max_drawdown(returns) == pytest.approx(qs.stats.max_drawdown(returns), abs=1e-12)
+    # The peak is the starting equity 1.0, not the first close 0.9.
+    assert metrics.max_drawdown(returns) == pytest.approx(0.9 * 1.05 * 0.9 - 1, abs=1e-12)
+
+
+# --------------------------------------------------------------------------------------------------
+# Exact small numbers
+
+
+def test_return_metrics_exact():
+    returns = daily([0.1, -0.1])
+    assert metrics.cum_return(returns) == pytest.approx(-0.01, abs=1e-15)
+    assert metrics.ann_return(returns) == pytest.approx(0.99**126 - 1, abs=1e-12)
+    assert metrics.ann_vol(returns) == pytest.approx(math.sqrt(0.02) * math.sqrt(252), abs=1e-12)
+    assert metrics.sharpe(returns) == pytest.approx(0.0, abs=1e-12)
+    # Downside deviation sqrt(0.01 / 2); mean 0.
+    assert metrics.sortino(daily([0.3, -0.1])) == pytest.approx(0.1 / math.sqrt(0.005) * math.sqrt(252), abs=1e-9)
+    assert metrics.max_drawdown(daily([0.1, -0.5, 0.2])) == -0.5
+    assert metrics.max_drawdown(daily([0.01, 0.02])) == 0.0
+
+
+def test_undefined_ratios_are_nan():
+    assert math.isnan(metrics.sharpe(daily([0.01, 0.01, 0.01])))
+    assert math.isnan(metrics.sortino(daily([0.01, 0.02])))
+    assert math.isnan(metrics.sharpe(daily([0.01])))
+
+
+def test_best_month_removal_ranks_months_by_compounded_return():
+    jan = [0.01, 0.01]  # +2.01%
+    feb = [0.5, -0.3]  # sum +20%, compounded +5%
+    mar = [0.1, 0.0]  # +10%: the best month when compounded
+    apr = [-0.02, 0.01]
+    index = pd.to_datetime(["2024-01-02", "2024-01-03", "2024-02-01", "2024-02-02",
+                            "2024-03-01", "2024-03-04", "2024-04-01", "2024-04-02"])
+    returns = pd.Series(jan + feb + mar + apr, index=index)
+    rest = metrics.drop_best_months(returns, 1)
+    assert rest.to_numpy().tolist() == jan + feb + apr
+    rest3 = metrics.drop_best_months(returns, 3)
+    assert rest3.to_numpy().tolist() == apr
+    headline = metrics.headline_metrics(returns, returns * 0, pd.DataFrame({"strategy": [0.0], "benchmark": [0.0]}))
+    assert headline["ann_return_ex_best_month"] == pytest.approx(
+        (1.01 * 1.01 * 1.5 * 0.7 * 0.98 * 1.01) ** (252 / 6) - 1, rel=1e-12
+    )
+    assert headline["sharpe_ex_best_3_months"] == pytest.approx(
+        -0.005 / np.std([-0.02, 0.01], ddof=1) * math.sqrt(252), rel=1e-12
+    )
+    assert headline["ann_return_ex_best_3_months"] == pytest.approx((0.98 * 1.01) ** 126 - 1, rel=1e-12)
+
+
+def test_win_rate_vs_equal_weight():
+    periods = pd.DataFrame({"strategy": [0.02, -0.01, 0.0, 0.03], "benchmark": [0.01, 0.0, 0.0, -0.01]})
+    assert metrics.win_rate_vs_ew(periods) == 0.5  # the tie in period 3 is not a win
+    s, b = daily([0.01, 0.0, -0.02]), daily([0.0, 0.0, -0.03])
+    assert metrics.win_rate_vs_ew_daily(s, b) == pytest.approx(2 / 3)
+    assert metrics.excess_ann_return(s, b) == pytest.approx(
+        (1.01 * 0.98) ** 84 - (0.97) ** 84, abs=1e-12
+    )
+    with pytest.raises(DataContractError, match="'strategy' and 'benchmark'"):
+        metrics.win_rate_vs_ew(pd.DataFrame({"strategy": [0.1]}))
+
+
+def ic_example():
+    scores = panel_series({
+        ("2024-01-02", "a"): 1, ("2024-01-02", "b"): 2, ("2024-01-02", "c"): 3,
+        ("2024-01-03", "a"): 3, ("2024-01-03", "b"): 2, ("2024-01-03", "c"): 1,
+        ("2024-01-04", "a"): 1, ("2024-01-04", "b"): 2, ("2024-01-04", "c"): 3, ("2024-01-04", "d"): 4,
+        ("2024-01-05", "a"): 1, ("2024-01-05", "b"): 1,  # constant scores: no IC that day
+    })
+    labels = panel_series({
+        ("2024-01-02", "a"): 1, ("2024-01-02", "b"): 2, ("2024-01-02", "c"): 4,
+        ("2024-01-03", "a"): 1, ("2024-01-03", "b"): 2, ("2024-01-03", "c"): 3,
+        ("2024-01-04", "a"): 1, ("2024-01-04", "b"): 3, ("2024-01-04", "c"): 2, ("2024-01-04", "d"): 4,
+        ("2024-01-05", "a"): 0.5, ("2024-01-05", "b"): -0.5,
+        ("2024-01-06", "a"): 9.0,  # no score: dropped
+    })
+    return scores, labels
+
+
+def test_ic_and_rank_ic_on_hand_data():
+    scores, labels = ic_example()
+    # Day 1 Pearson: x = (-1, 0, 1), y = (-4/3, -1/3, 5/3): 3 / sqrt(2 * 14/3). Spearman: 1.
+    # Day 2: -1 and -1. Day 3: Pearson 0.8 (x, y are both ranks), Spearman 1 - 6 * 2 / 60 = 0.8.
+    day1 = 3 / math.sqrt(2 * 14 / 3)
+    ic = metrics.daily_ic(scores, labels)
+    np.testing.assert_allclose(ic.to_numpy()[:3], [day1, -1.0, 0.8], atol=1e-12)
+    assert math.isnan(ic.iloc[3])
+    assert metrics.ic_mean(scores, labels) == pytest.approx((day1 - 1 + 0.8) / 3, abs=1e-12)
+    assert metrics.rank_ic_mean(scores, labels) == pytest.approx(0.8 / 3, abs=1e-12)
+    rank_ic = np.array([1.0, -1.0, 0.8])
+    assert metrics.icir(scores, labels) == pytest.approx(rank_ic.mean() / rank_ic.std(ddof=1), abs=1e-12)
+
+
+def test_ndcg_at_5_on_a_hand_example():
+    codes = list("abcdef")
+    relevance = dict(zip(codes, [3, 2, 3, 0, 1, 2]))
+    order = dict(zip(codes, [5, 6, 3, 1, 2, 4]))  # ranking by score: b, a, f, c, e, d
+    scores = panel_series({("2024-01-02", c): order[c] for c in codes})
+    rel = panel_series({("2024-01-02", c): relevance[c] for c in codes})
+    # Gains 2^rel - 1 along the ranking: 3, 7, 3, 7, 1 (d cut at 5); ideal: 7, 7, 3, 3, 1.
+    dcg = 3 + 7 / math.log2(3) + 3 / 2 + 7 / math.log2(5) + 1 / math.log2(6)
+    idcg = 7 + 7 / math.log2(3) + 3 / 2 + 3 / math.log2(5) + 1 / math.log2(6)
+    assert metrics.ndcg_at_k(scores, rel, k=5) == pytest.approx(dcg / idcg, abs=1e-12)
+    # Linear gains; and a second day that is perfectly ranked averages in with 1.0.
+    dcg_lin = 2 + 3 / math.log2(3) + 2 / 2 + 3 / math.log2(5) + 1 / math.log2(6)
+    idcg_lin = 3 + 3 / math.log2(3) + 2 / 2 + 2 / math.log2(5) + 1 / math.log2(6)
+    assert metrics.ndcg_at_k(scores, rel, k=5, gain="linear") == pytest.approx(dcg_lin / idcg_lin, abs=1e-12)
+    perfect_scores = panel_series({("2024-01-03", c): relevance[c] + i / 10 for i, c in enumerate(codes)})
+    rel_day2 = panel_series({("2024-01-03", c): relevance[c] for c in codes})
+    two_days = metrics.daily_ndcg(pd.concat([scores, perfect_scores]), pd.concat([rel, rel_day2]))
+    np.testing.assert_allclose(two_days.to_numpy(), [dcg / idcg, 1.0], atol=1e-12)
+
+
+def test_ndcg_ties_are_broken_in_code_order_and_zero_days_are_skipped():
+    scores = panel_series({("2024-01-02", "a"): 1, ("2024-01-02", "b"): 1,
+                           ("2024-01-03", "a"): 1, ("2024-01-03", "b"): 2})
+    rel = panel_series({("2024-01-02", "a"): 0, ("2024-01-02", "b"): 1,
+                        ("2024-01-03", "a"): 0, ("2024-01-03", "b"): 0})
+    ndcg = metrics.daily_ndcg(scores, rel, k=1)
+    assert ndcg.iloc[0] == 0.0  # tie: a (code order) comes first, and it is irrelevant
+    assert math.isnan(ndcg.iloc[1])
+    with pytest.raises(DataContractError, match="non-negative"):
+        metrics.ndcg_at_k(scores, rel - 1)
+
+
+SKEWED = [0.02, -0.01, 0.0, 0.05, -0.02, 0.01, 0.0, -0.005]
+
+
+def hand_psr(values, sr_star):
+    x = np.asarray(values)
+    n = len(x)
+    d = x - x.mean()
+    m2, m3, m4 = (d**2).mean(), (d**3).mean(), (d**4).mean()
+    skew = math.sqrt(n * (n - 1)) / (n - 2) * m3 / m2**1.5  # adjusted Fisher-Pearson (pandas)
+    excess = (n - 1) / ((n - 2) * (n - 3)) * ((n + 1) * m4 / m2**2 - 3 * (n - 1))
+    sr = x.mean() / x.std(ddof=1)
+    denominator = math.sqrt(1 - skew * sr + (excess + 3 - 1) / 4 * sr**2)
+    return norm.cdf((sr - sr_star) * math.sqrt(n - 1) / denominator)
+
+
+def test_psr_against_the_formula():
+    returns = daily(SKEWED)
+    assert metrics.psr(returns) == pytest.approx(hand_psr(SKEWED, 0.0), abs=1e-12)
+    assert metrics.psr(returns, sharpe_benchmark=0.1) == pytest.approx(hand_psr(SKEWED, 0.1), abs=1e-12)
+    assert metrics.psr(returns, 0.1) < metrics.psr(returns)
+
+
+def test_dsr_deflates_by_the_expected_maximum_of_the_trials():
+    gamma = 0.5772156649015329
+    expected = (1 - gamma) * norm.ppf(0.9) + gamma * norm.ppf(1 - 1 / (10 * math.e))
+    assert metrics.expected_max_sharpe(10, 1.0) == pytest.approx(expected, abs=1e-12)
+    assert metrics.expected_max_sharpe(10, 1.0) == pytest.approx(1.574598, abs=1e-6)
+    returns = daily(SKEWED)
+    # Ten trials whose annualised Sharpes have variance 2.0: SR0 = sqrt(2 / 252) * E[max].
+    sr0 = math.sqrt(2.0 / 252) * expected
+    assert metrics.dsr(returns, n_trials=10, trial_sharpe_var=2.0) == pytest.approx(hand_psr(SKEWED, sr0), abs=1e-12)
+    # One trial, or trials that all agree: nothing to deflate.
+    assert metrics.dsr(returns, n_trials=1, trial_sharpe_var=2.0) == metrics.psr(returns)
+    assert metrics.dsr(returns, n_trials=50, trial_sharpe_var=0.0) == metrics.psr(returns)
+
+
+# --------------------------------------------------------------------------------------------------
+# Bootstrap, tables, headline
+
+
+def test_stationary_bootstrap_blocks():
+    rng = np.random.default_rng(0)
+    never_break = metrics.stationary_bootstrap_indices(20, 50, rng, block_length=1e12)
+    # One block per resample: consecutive days, wrapping around the end.
+    assert ((np.diff(never_break, axis=1) % 20) == 1).all()
+    short = metrics.stationary_bootstrap_indices(2000, 20, np.random.default_rng(1), block_length=10)
+    breaks = (np.diff(short, axis=1) % 2000 != 1).mean()
+    assert breaks == pytest.approx(0.1, abs=0.01)  # a new block starts with probability 1/10
+
+
+def test_sharpe_ci_is_reproducible_and_brackets_the_estimate():
+    returns = daily(np.random.default_rng(5).normal(0.001, 0.01, 500))
+    low, high = metrics.sharpe_ci(returns, np.random.default_rng(42))
+    assert (low, high) == metrics.sharpe_ci(returns, np.random.default_rng(42))
+    assert low < metrics.sharpe(returns) < high
+    # The standard error of an annualised Sharpe over 2 years is about sqrt(252 / 500) ~ 0.7.
+    assert 1.5 < high - low < 4.5
+
+
+def test_per_year_table():
+    index = pd.to_datetime(["2023-12-28", "2023-12-29", "2024-01-02", "2024-01-03", "2024-01-04"])
+    s = pd.Series([0.1, -0.1, 0.02, 0.0, 0.01], index=index)
+    b = pd.Series([0.0, 0.0, 0.01, 0.01, 0.01], index=index)
+    table = metrics.per_year_table(s, b)
+    assert table.index.tolist() == [2023, 2024]
+    assert table["n_days"].tolist() == [2, 3]
+    np.testing.assert_allclose(table["return"], [-0.01, 1.02 * 1.01 - 1], atol=1e-12)
+    np.testing.assert_allclose(table["excess_return"], [-0.01, 1.02 * 1.01 - 1.01**3], atol=1e-12)
+    np.testing.assert_allclose(table["max_drawdown"], [-0.1, 0.0], atol=1e-12)  # 1.1 -> 0.99
+    np.testing.assert_allclose(table["win_rate_vs_ew_daily"], [0.5, 1 / 3], atol=1e-12)
+
+
+def test_headline_metrics_keys_and_values():
+    rng = np.random.default_rng(3)
+    s = daily(rng.normal(0.001, 0.01, 300))
+    b = daily(rng.normal(0.0005, 0.008, 300))
+    periods = pd.DataFrame({"strategy": [0.01, -0.02, 0.03], "benchmark": [0.0, 0.0, 0.0]})
+    scores, labels = ic_example()
+    out = metrics.headline_metrics(
+        s, b, periods, scores=scores, labels=labels, relevance=labels.clip(lower=0), turnover=12.5,
+        n_trials=5, trial_sharpe_var=0.3, rng=np.random.default_rng(0), n_boot=200,
+    )
+    assert list(out) == list(metrics.HEADLINE_KEYS)
+    assert {"sharpe", "sortino", "ann_return", "cum_return", "ann_vol", "max_drawdown", "win_rate_vs_ew",
+            "excess_ann_return", "sharpe_ex_best_month", "ann_return_ex_best_month", "sharpe_ex_best_3_months",
+            "ann_return_ex_best_3_months", "ic_mean", "rank_ic_mean", "icir", "ndcg_at_5", "turnover", "psr",
+            "dsr"} <= set(out)
+    assert all(isinstance(v, float) and math.isfinite(v) for v in out.values())
+    assert out["sharpe"] == metrics.sharpe(s)
+    assert out["win_rate_vs_ew"] == pytest.approx(2 / 3)
+    assert out["turnover"] == 12.5
+    assert out["rank_ic_mean"] == pytest.approx(0.8 / 3)
+    assert out["dsr"] < out["psr"]
+    assert out["sharpe_ci_low"] < out["sharpe"] < out["sharpe_ci_high"]
+    bare = metrics.headline_metrics(s, b, periods)
+    assert all(math.isnan(bare[k]) for k in ("ic_mean", "rank_ic_mean", "icir", "ndcg_at_5", "turnover",
+                                             "sharpe_ci_low", "sharpe_ci_high"))
+    assert bare["dsr"] == bare["psr"]
+
+
+def test_bad_return_series_are_rejected_with_a_reason():
+    with pytest.raises(DataContractError, match="NaN"):
+        metrics.sharpe(daily([0.01, np.nan, 0.02]))
+    with pytest.raises(DataContractError, match="one date index"):
+        metrics.win_rate_vs_ew_daily(daily([0.01, 0.02]), daily([0.01, 0.02], start="2025-01-01"))
+    with pytest.raises(DataContractError, match="Series"):
+        metrics.sharpe([0.01, 0.02])
