@@ -34,6 +34,10 @@ class InsufficientHistoryError(BacktestError):
     """Not enough trading days to build the requested features, labels or folds."""
 
 
+class TrackingError(BacktestError):
+    """The experiment store (MLflow) cannot be reached, or it refused a record."""
+
+
 def preview(items: Iterable[object], limit: int = 5) -> str:
     """Format the first ``limit`` items of ``items`` for an error message, with the total count.
 

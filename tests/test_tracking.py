@@ -1,0 +1,460 @@
+"""Tracking against a real MLflow SQLite store (and, marked slow, a real `mlflow server`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from importlib import metadata
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+
+from backtest.errors import ConfigError, TrackingError
+from backtest.tracking import (
+    ARTIFACT_DIRS,
+    MAX_PARAM_VALUE_CHARS,
+    Provenance,
+    Tracker,
+    TrackingConfig,
+    default_artifact_location,
+    flatten_config,
+    git_state,
+    prepare_store,
+    provenance_tags,
+    redact_config,
+    resolve_tracking_uri,
+    study_runs,
+)
+
+# --------------------------------------------------------------------------------------------------
+# Fixtures: one SQLite store per module (creating the schema costs ~1.5 s), one experiment per test.
+
+
+@pytest.fixture(scope="module")
+def store_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = tmp_path_factory.mktemp("store")
+    uri = f"sqlite:///{root / 'mlruns.db'}"
+    prepare_store(uri, "schema")
+    return uri
+
+
+@pytest.fixture()
+def tracker(store_uri: str, request: pytest.FixtureRequest, tmp_path: Path) -> Tracker:
+    return Tracker(store_uri, experiment=request.node.name, project_dir=tmp_path)
+
+
+@pytest.fixture()
+def client(store_uri: str) -> mlflow.MlflowClient:
+    return mlflow.MlflowClient(tracking_uri=store_uri)
+
+
+PASSED = Provenance("data-abc", "feat-123", leak_guard="passed", feature_audit="passed")
+
+
+# --------------------------------------------------------------------------------------------------
+# Store URIs
+
+
+def test_default_uri_is_the_project_sqlite_file_with_an_absolute_path(tmp_path: Path) -> None:
+    assert resolve_tracking_uri(None, tmp_path) == f"sqlite:///{tmp_path.resolve()}/mlruns.db"
+    assert resolve_tracking_uri("", tmp_path) == f"sqlite:///{tmp_path.resolve()}/mlruns.db"
+
+
+def test_relative_sqlite_uri_resolves_against_the_project_dir_not_the_cwd(tmp_path: Path) -> None:
+    assert resolve_tracking_uri("sqlite:///runs/x.db", tmp_path) == f"sqlite:///{tmp_path.resolve()}/runs/x.db"
+    assert resolve_tracking_uri("sqlite:////abs/x.db", tmp_path) == "sqlite:////abs/x.db"
+
+
+@pytest.mark.parametrize(
+    "uri", ["http://127.0.0.1:5000", "https://mlflow.example.com", "postgresql://u:p@db:5432/mlflow",
+            "postgresql+psycopg2://u@db/mlflow", "mysql://u@db/mlflow"]
+)
+def test_server_and_database_uris_pass_through(uri: str, tmp_path: Path) -> None:
+    assert resolve_tracking_uri(uri, tmp_path) == uri
+
+
+@pytest.mark.parametrize("uri", ["mlruns", "/tmp/mlruns", "file:///tmp/mlruns", "sqlite:///:memory:", "ftp://x/y"])
+def test_file_memory_and_unknown_stores_are_refused_with_a_fix(uri: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="tracking.uri") as caught:
+        resolve_tracking_uri(uri, tmp_path)
+    assert "sqlite" in str(caught.value)
+
+
+def test_artifact_location_next_to_the_sqlite_file_per_experiment(tmp_path: Path) -> None:
+    uri = resolve_tracking_uri("sqlite:///db/m.db", tmp_path)
+    assert default_artifact_location(uri, "my exp", tmp_path) == (tmp_path.resolve() / "db/mlartifacts/my_exp").as_uri()
+    assert default_artifact_location("http://127.0.0.1:5000", "e", tmp_path) is None
+    assert default_artifact_location("postgresql://u@h/db", "e", tmp_path) == (tmp_path.resolve() / "mlartifacts/e").as_uri()
+
+
+def test_tracker_on_the_default_store_puts_db_and_artifacts_in_the_project(tmp_path: Path) -> None:
+    tracker = Tracker.from_config(TrackingConfig(experiment="default-store"), project_dir=tmp_path)
+    assert tracker.uri == f"sqlite:///{tmp_path.resolve()}/mlruns.db"
+    with tracker.start_run("r") as run:
+        run.log_json({"ok": 1}, "leakage/records.json")
+    assert (tmp_path / "mlruns.db").is_file()
+    assert (tmp_path / "mlartifacts/default-store" / run.run_id / "artifacts/leakage/records.json").is_file()
+    experiment = tracker.client.get_experiment(tracker.experiment_id)
+    assert experiment.artifact_location == (tmp_path.resolve() / "mlartifacts/default-store").as_uri()
+
+
+def test_prepare_store_is_idempotent_and_refuses_a_deleted_experiment(store_uri: str, client) -> None:
+    first = prepare_store(store_uri, "idempotent")
+    assert prepare_store(store_uri, "idempotent") == first
+    client.delete_experiment(first)
+    with pytest.raises(TrackingError, match="is deleted.*restore"):
+        prepare_store(store_uri, "idempotent")
+
+
+def test_unreachable_server_fails_fast_with_a_fix() -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(TrackingError, match="does not answer.*mlflow server"):
+        prepare_store(f"http://127.0.0.1:{port}", "e")
+    assert time.monotonic() - start < 5
+
+
+# --------------------------------------------------------------------------------------------------
+# Params: flattening and redaction
+
+
+def test_flatten_config_dotted_keys_json_lists_and_plain_strings() -> None:
+    config = {
+        "model": {"name": "lambdarank", "params": {"learning_rate": 0.05, "num_leaves": 31}},
+        "features": ["rsi_14", "macd"],
+        "seed": 42,
+        "data": {"path": None, "extra": {}},
+        "flag": True,
+    }
+    assert flatten_config(config) == {
+        "model.name": "lambdarank",
+        "model.params.learning_rate": "0.05",
+        "model.params.num_leaves": "31",
+        "features": '["rsi_14", "macd"]',
+        "seed": "42",
+        "data.path": "None",
+        "data.extra": "{}",
+        "flag": "True",
+    }
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["token", "tushare.TOKEN", "db.password", "Password", "aws.secret_access_key", "openai.api_key", "apiKey",
+     "gcp.credentials.file", "service_credential"],
+)
+def test_secret_keys_are_redacted_case_insensitive(key: str) -> None:
+    *parents, leaf = key.split(".")
+    config: dict = {leaf: "s3cr3t-value"}
+    for parent in reversed(parents):
+        config = {parent: config}
+    flat = flatten_config(config)
+    assert flat == {key: "***"}
+    assert "s3cr3t-value" not in json.dumps(redact_config(config))
+
+
+def test_uri_passwords_are_redacted_but_user_and_host_kept() -> None:
+    config = {
+        "tracking": {"uri": "postgresql://alice:hunter2@db.internal:5432/mlflow"},
+        "mirrors": ["https://bob:pa55@example.com/data", "https://example.com/public"],
+        "note": "no uri here: user:pass",
+    }
+    flat = flatten_config(config)
+    assert flat["tracking.uri"] == "postgresql://alice:***@db.internal:5432/mlflow"
+    assert flat["mirrors"] == '["https://bob:***@example.com/data", "https://example.com/public"]'
+    assert flat["note"] == "no uri here: user:pass"
+    assert config["tracking"]["uri"] == "postgresql://alice:hunter2@db.internal:5432/mlflow"  # input untouched
+
+
+def test_long_param_values_are_cut_to_mlflow_limit_with_a_marker() -> None:
+    flat = flatten_config({"universe": "x" * 7000, "ok": "y" * 6000})
+    assert len(flat["universe"]) == MAX_PARAM_VALUE_CHARS
+    assert flat["universe"].endswith("...[+1000 chars]")
+    assert flat["ok"] == "y" * 6000
+
+
+def test_keys_with_characters_mlflow_refuses_are_sanitized() -> None:
+    assert flatten_config({"a": {"b@c": 1, "x//y": 2}}) == {"a.b_c": "1", "a.x/y": "2"}
+
+
+# --------------------------------------------------------------------------------------------------
+# Provenance and the comparable flag
+
+
+@pytest.mark.parametrize(
+    ("leak_guard", "feature_audit", "leak_demo", "comparable"),
+    [
+        ("passed", "passed", False, "true"),
+        ("failed", "passed", False, "false"),
+        ("disabled", "passed", False, "false"),
+        ("passed", "failed", False, "false"),
+        ("failed", "failed", False, "false"),
+        ("disabled", "passed", True, "false"),
+        ("passed", "passed", True, "false"),  # a leak demo is never comparable (survivorship demos pass)
+    ],
+)
+def test_comparable_only_when_both_guards_passed_and_not_a_leak_demo(
+    tmp_path: Path, leak_guard: str, feature_audit: str, leak_demo: bool, comparable: str
+) -> None:
+    tags = provenance_tags(Provenance("d", "f", leak_guard, feature_audit, leak_demo), tmp_path)  # type: ignore[arg-type]
+    assert tags["comparable"] == comparable
+    assert tags["leak_guard"] == leak_guard
+    assert tags["feature_audit"] == feature_audit
+    assert tags["leak_demo"] == ("true" if leak_demo else "false")
+
+
+@pytest.mark.parametrize(("leak_guard", "feature_audit"), [("ok", "passed"), ("passed", "disabled"), ("PASSED", "passed")])
+def test_guard_markers_outside_the_contract_are_refused(leak_guard: str, feature_audit: str) -> None:
+    with pytest.raises(ConfigError, match="expected 'passed'"):
+        Provenance("d", "f", leak_guard, feature_audit)  # type: ignore[arg-type]
+
+
+def test_git_commit_and_dirty_flag_from_the_project_checkout(tmp_path: Path) -> None:
+    assert git_state(tmp_path) == ("unknown", "unknown")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=tmp_path, env=env, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    (tmp_path / "a.txt").write_text("1")
+    git("add", "a.txt")
+    git("commit", "-q", "-m", "first")
+    head = git("rev-parse", "HEAD").strip()
+    assert git_state(tmp_path) == (head, "false")
+    (tmp_path / "a.txt").write_text("2")
+    assert git_state(tmp_path) == (head, "true")
+    tags = provenance_tags(PASSED, tmp_path)
+    assert tags["git_commit"] == head and tags["mlflow.source.git.commit"] == head
+    assert tags["git_dirty"] == "true"
+
+
+def test_package_version_tags(tmp_path: Path) -> None:
+    tags = provenance_tags(PASSED, tmp_path)
+    for name in ("numpy", "pandas", "lightgbm", "torch", "mlflow", "hydra-core", "quantstats"):
+        assert tags[f"pkg.{name}"] == metadata.version(name)
+    assert tags["pkg.mlflow"] == "3.17.2"
+
+
+# --------------------------------------------------------------------------------------------------
+# One run in a real SQLite store
+
+
+def test_run_records_params_metrics_with_steps_tags_and_artifacts(tracker: Tracker, client, tmp_path: Path) -> None:
+    config = {"model": {"name": "lambdarank", "lr": 0.05}, "tushare": {"token": "abc"}, "seed": 7}
+    returns = pd.Series([0.01, -0.02], index=pd.to_datetime(["2024-01-02", "2024-01-03"]), name="strategy")
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "tearsheet.html").write_text("<html></html>")
+    (reports / "equity.png").write_bytes(b"\x89PNG")
+    with tracker.start_run("lambdarank", study="s1", n_trials=4) as run:
+        run.log_config(config)
+        run.log_provenance(PASSED)
+        run.log_fold_metrics({1: {"ic": 0.03, "sharpe": 1.5}, 2: {"ic": -0.01, "sharpe": 0.25}, 3: {"ic": 0.02}})
+        run.log_metrics({"sharpe": 0.7, "max_drawdown": -0.25, "n_folds": 3})
+        run.log_frame(returns, "data/returns.parquet")
+        run.log_json({"fold": 1, "purged": 12}, "leakage/purge.json")
+        run.log_artifact(reports, ARTIFACT_DIRS["reports"])
+
+    stored = client.get_run(run.run_id)
+    assert stored.info.status == "FINISHED"
+    assert stored.info.run_name == "lambdarank"
+    assert stored.data.params == {"model.name": "lambdarank", "model.lr": "0.05", "tushare.token": "***", "seed": "7"}
+    assert stored.data.metrics == {"sharpe": 0.7, "max_drawdown": -0.25, "n_folds": 3.0, "fold/ic": 0.02,
+                                   "fold/sharpe": 0.25}
+    assert [(m.step, m.value) for m in client.get_metric_history(run.run_id, "fold/ic")] == [
+        (1, 0.03), (2, -0.01), (3, 0.02)
+    ]
+    assert [(m.step, m.value) for m in client.get_metric_history(run.run_id, "fold/sharpe")] == [(1, 1.5), (2, 0.25)]
+    assert [(m.step, m.value) for m in client.get_metric_history(run.run_id, "sharpe")] == [(0, 0.7)]
+    tags = stored.data.tags
+    assert {k: tags[k] for k in ("study", "n_trials", "run_kind", "data_fingerprint", "feature_fingerprint",
+                                 "leak_guard", "feature_audit", "comparable", "leak_demo", "git_commit",
+                                 "git_dirty")} == {
+        "study": "s1", "n_trials": "4", "run_kind": "backtest", "data_fingerprint": "data-abc",
+        "feature_fingerprint": "feat-123", "leak_guard": "passed", "feature_audit": "passed",
+        "comparable": "true", "leak_demo": "false", "git_commit": "unknown", "git_dirty": "unknown",
+    }
+    assert run.list_artifacts() == [
+        "config/config.yaml", "data/returns.parquet", "leakage/purge.json", "reports/equity.png",
+        "reports/tearsheet.html",
+    ]
+    config_text = Path(client.download_artifacts(run.run_id, "config/config.yaml", str(tmp_path))).read_text()
+    assert "abc" not in config_text and "token: '***'" in config_text and "lr: 0.05" in config_text
+    back = pd.read_parquet(client.download_artifacts(run.run_id, "data/returns.parquet", str(tmp_path)))
+    assert back["strategy"].tolist() == [0.01, -0.02]
+
+
+def test_fold_metrics_from_a_dataframe_skip_missing_cells(tracker: Tracker, client) -> None:
+    table = pd.DataFrame({"ic": [0.1, np.nan], "turnover": [2.0, 3.0]}, index=pd.Index([0, 1], name="fold"))
+    with tracker.start_run() as run:
+        run.log_fold_metrics(table)
+    assert [(m.step, m.value) for m in client.get_metric_history(run.run_id, "fold/ic")] == [(0, 0.1)]
+    assert [(m.step, m.value) for m in client.get_metric_history(run.run_id, "fold/turnover")] == [(0, 2.0), (1, 3.0)]
+
+
+def test_logging_is_batched_within_mlflow_limits(tracker: Tracker, client, monkeypatch) -> None:
+    calls: list[tuple[int, int, int]] = []
+    original = tracker.client.log_batch
+
+    def counting(run_id, metrics=(), params=(), tags=(), synchronous=None):
+        calls.append((len(metrics), len(params), len(tags)))
+        return original(run_id, metrics=metrics, params=params, tags=tags, synchronous=synchronous)
+
+    monkeypatch.setattr(tracker.client, "log_batch", counting)
+    with tracker.start_run() as run:
+        run.log_params({f"p{i:03d}": i for i in range(250)})
+        run.log_fold_metrics({fold: {f"m{j}": fold + j / 100 for j in range(50)} for fold in range(30)})
+        run.set_tags({f"t{i}": i for i in range(120)})
+    assert calls == [(0, 100, 0), (0, 100, 0), (0, 50, 0), (1000, 0, 0), (500, 0, 0), (0, 0, 100), (0, 0, 20)]
+    stored = client.get_run(run.run_id)
+    assert len(stored.data.params) == 250 and stored.data.params["p249"] == "249"
+    history = client.get_metric_history(run.run_id, "fold/m7")
+    assert [(m.step, m.value) for m in history] == [(fold, fold + 0.07) for fold in range(30)]
+
+
+def test_failed_run_ends_failed_with_the_error_tag_and_reraises(tracker: Tracker, client) -> None:
+    with pytest.raises(ValueError, match="boom"):
+        with tracker.start_run("bad") as run:
+            run.log_metrics({"sharpe": 1.0})
+            raise ValueError("boom")
+    stored = client.get_run(run.run_id)
+    assert stored.info.status == "FAILED"
+    assert stored.data.tags["error"] == "ValueError: boom"
+    assert stored.info.end_time is not None
+
+
+def test_interrupted_run_ends_killed(tracker: Tracker, client) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        with tracker.start_run() as run:
+            raise KeyboardInterrupt
+    assert client.get_run(run.run_id).info.status == "KILLED"
+
+
+def test_child_run_of_a_sweep_is_nested_under_its_parent(tracker: Tracker, client) -> None:
+    parent = tracker.create_run("sweep", study="grid", n_trials=2, kind="sweep")
+    with tracker.start_run("job0", parent_run_id=parent.run_id, study="grid", n_trials=2) as child:
+        pass
+    parent.end()
+    assert client.get_run(child.run_id).data.tags["mlflow.parentRunId"] == parent.run_id
+    assert client.get_run(parent.run_id).info.status == "FINISHED"
+    with pytest.raises(TrackingError, match="Parent run 'nope' not found"):
+        tracker.create_run(parent_run_id="nope")
+
+
+def test_params_are_immutable(tracker: Tracker) -> None:
+    with pytest.raises(TrackingError, match="immutable"):
+        with tracker.start_run() as run:
+            run.log_params({"model": {"lr": 0.05}})
+            run.log_params({"model": {"lr": 0.1}})
+
+
+def test_non_numeric_metric_is_refused_with_its_key(tracker: Tracker) -> None:
+    with tracker.start_run() as run:
+        with pytest.raises(TrackingError, match="'sharpe'.*expected a real number"):
+            run.log_metrics({"sharpe": "high"})
+        with pytest.raises(TrackingError, match="bool"):
+            run.log_metrics({"passed": True})
+
+
+def test_nan_metric_is_stored_as_nan(tracker: Tracker, client) -> None:
+    with tracker.start_run() as run:
+        run.log_metrics({"ic_mean": float("nan"), "sharpe": np.float32(0.5)})
+    metrics = client.get_run(run.run_id).data.metrics
+    assert np.isnan(metrics["ic_mean"]) and metrics["sharpe"] == 0.5
+
+
+# --------------------------------------------------------------------------------------------------
+# Querying a study
+
+
+def test_study_runs_returns_the_study_trials_with_params_metrics_tags(tracker: Tracker, store_uri: str) -> None:
+    parent = tracker.create_run("sweep", study="ablation", kind="sweep")
+    for lr, sharpe in ((0.01, 0.4), (0.05, 0.7)):
+        with tracker.start_run(f"lr={lr}", parent_run_id=parent.run_id, study="ablation", n_trials=3) as run:
+            run.log_params({"model": {"lr": lr}})
+            run.log_metrics({"sharpe": sharpe})
+    with pytest.raises(RuntimeError):
+        with tracker.start_run("lr=0.1", study="ablation", n_trials=3):
+            raise RuntimeError("diverged")
+    with tracker.start_run("other", study="another"):
+        pass
+    parent.end()
+
+    table = study_runs(store_uri, tracker.experiment, "ablation")
+    assert table["run_name"].tolist() == ["lr=0.01", "lr=0.05", "lr=0.1"]
+    assert table["status"].tolist() == ["FINISHED", "FINISHED", "FAILED"]
+    assert table["params.model.lr"].tolist()[:2] == ["0.01", "0.05"]
+    assert table["metrics.sharpe"].tolist()[:2] == [0.4, 0.7]
+    assert np.isnan(table["metrics.sharpe"].iloc[2])
+    assert (table["tags.n_trials"] == "3").all()
+    assert table.index.name == "run_id"
+    finished = study_runs(store_uri, tracker.experiment, "ablation", statuses=["FINISHED"])
+    assert len(finished) == 2
+    assert len(study_runs(store_uri, tracker.experiment, "ablation", kind=None)) == 4
+    assert study_runs(store_uri, tracker.experiment, "nobody").empty
+    with pytest.raises(TrackingError, match="experiment 'missing' not found"):
+        study_runs(store_uri, "missing", "ablation")
+
+
+# --------------------------------------------------------------------------------------------------
+# A real MLflow server
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_tracker_logs_through_a_real_mlflow_server(tmp_path: Path) -> None:
+    port = _free_port()
+    log = (tmp_path / "server.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+         "--artifacts-destination", str(tmp_path / "served-artifacts"), "--host", "127.0.0.1", "--port",
+         str(port), "--workers", "1"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
+    )
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=2):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError("mlflow server did not start:\n" + (tmp_path / "server.log").read_text())
+                time.sleep(0.5)
+        tracker = Tracker(uri, "served", project_dir=tmp_path)
+        with tracker.start_run("remote", study="srv") as run:
+            run.log_config({"model": {"lr": 0.05}, "db": {"password": "x"}})
+            run.log_fold_metrics({1: {"ic": 0.5}, 2: {"ic": 0.25}})
+            run.log_metrics({"sharpe": 1.25})
+        stored = mlflow.MlflowClient(tracking_uri=uri).get_run(run.run_id)
+        assert stored.info.status == "FINISHED"
+        assert stored.data.params == {"model.lr": "0.05", "db.password": "***"}
+        assert stored.data.metrics == {"sharpe": 1.25, "fold/ic": 0.25}
+        history = mlflow.MlflowClient(tracking_uri=uri).get_metric_history(run.run_id, "fold/ic")
+        assert [(m.step, m.value) for m in history] == [(1, 0.5), (2, 0.25)]
+        assert run.list_artifacts() == ["config/config.yaml"]
+        assert list((tmp_path / "served-artifacts").rglob("config.yaml"))  # proxied to the server's folder
+        assert study_runs(uri, "served", "srv")["metrics.sharpe"].tolist() == [1.25]
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+        log.close()
