@@ -1,0 +1,437 @@
+"""LightGBM LambdaRank: one query group per trading day, NDCG@k on relevance bins of the label.
+
+Rolling speed: :class:`BinnedPanel` bins every sample of a backtest once and hands each fold a
+``Dataset.subset`` of whole days (binning a 225k-row window costs seconds, a subset a tenth of a second);
+with ``warm_start`` a fold continues from the previous fold's booster with a few rounds, and every
+``full_refit_every``-th fold is refitted from scratch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+import lightgbm as lgb
+import numpy as np
+
+from backtest.errors import ConfigError, DataContractError, preview
+from models.base import RankingData
+
+log = logging.getLogger(__name__)
+
+BOOSTER_FILE = "booster.txt"
+META_FILE = "ranker.json"
+
+
+@dataclass(frozen=True)
+class LambdaRankConfig:
+    """Hyper-parameters of :class:`LambdaRankRanker` (defaults sized for ~300 stocks a day).
+
+    Parameters
+    ----------
+    n_bins : relevance bins of the label (``backtest.labels``' ``"bins"`` target); labels ``0..n_bins-1``.
+    label_gain : ``"linear"`` (gain ``l``, default), ``"exponential"`` (``2**l - 1``, LightGBM's
+        default) or an explicit sequence of ``n_bins`` gains. Linear on purpose: a bin is a decile of a
+        noisy 5-day return, and the top decile (30 stocks) is already six times the 5 stocks bought; the
+        exponential gain weighs the top bin 511x the second-lowest, which turns the objective into
+        "find the extreme decile" and mostly fits idiosyncratic jumps, while a linear gain keeps the
+        whole upper half of the order informative.
+    top_k : stocks bought per day; the default truncation is ``top_k + 3``.
+    eval_at : NDCG cut-offs reported on the validation set; the first one drives early stopping.
+    truncation_level : ``lambdarank_truncation_level`` (pairs involving the top positions only);
+        None -> ``top_k + 3`` (15-20% faster than LightGBM's 30, same quality at k = 5).
+    num_leaves, learning_rate, min_data_in_leaf, feature_fraction, lambda_l2, max_bin : tree growth;
+        ``min_data_in_leaf`` ~ one day's cross-section keeps leaves from fitting single days.
+    num_boost_round : rounds of a fresh fit; early stopping (``early_stopping_rounds``, None = off) on
+        the validation set picks the best iteration.
+    num_threads : LightGBM threads, 0 = all cores.
+    seed, deterministic : with ``deterministic`` and ``force_col_wise`` (always on: 1.4-1.9x faster
+        than row-wise on this shape) a fit is bit-for-bit reproducible.
+    warm_start : continue each fit from the previous fit's booster with ``warm_start_rounds`` rounds;
+        the first fit and every ``full_refit_every``-th fit after a fresh one are fresh.
+    extra : further LightGBM parameters, passed through unchanged (they win over the fields above).
+    """
+
+    n_bins: int = 10
+    label_gain: str | tuple[float, ...] = "linear"
+    top_k: int = 5
+    eval_at: tuple[int, ...] = (5, 3)
+    truncation_level: int | None = None
+    num_leaves: int = 31
+    learning_rate: float = 0.05
+    min_data_in_leaf: int = 300
+    feature_fraction: float = 0.8
+    lambda_l2: float = 1.0
+    max_bin: int = 255
+    num_boost_round: int = 300
+    early_stopping_rounds: int | None = 50
+    num_threads: int = 0
+    seed: int = 0
+    deterministic: bool = True
+    warm_start: bool = False
+    warm_start_rounds: int = 40
+    full_refit_every: int = 4
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.label_gain, str):
+            object.__setattr__(self, "label_gain", tuple(float(g) for g in self.label_gain))
+        object.__setattr__(self, "eval_at", tuple(int(k) for k in self.eval_at))
+        object.__setattr__(self, "extra", dict(self.extra))
+        if self.n_bins < 2:
+            raise ConfigError(f"model.n_bins: expected >= 2, received {self.n_bins}.")
+        if isinstance(self.label_gain, str) and self.label_gain not in ("linear", "exponential"):
+            raise ConfigError(
+                f"model.label_gain: expected 'linear', 'exponential' or a list of {self.n_bins} gains, "
+                f"received {self.label_gain!r}."
+            )
+        if not isinstance(self.label_gain, str) and len(self.label_gain) != self.n_bins:
+            raise ConfigError(
+                f"model.label_gain: expected {self.n_bins} gains (one per relevance bin), received "
+                f"{len(self.label_gain)}."
+            )
+        if not self.eval_at or min(self.eval_at) < 1:
+            raise ConfigError(f"model.eval_at: expected positive cut-offs, received {self.eval_at}.")
+        if self.warm_start and (self.warm_start_rounds < 1 or self.full_refit_every < 1):
+            raise ConfigError(
+                "model.warm_start_rounds and model.full_refit_every must be >= 1 with warm_start, received "
+                f"{self.warm_start_rounds} and {self.full_refit_every}."
+            )
+
+    def gains(self) -> np.ndarray:
+        """The ``label_gain`` vector, float64 (n_bins,)."""
+        levels = np.arange(self.n_bins, dtype=np.float64)
+        if self.label_gain == "linear":
+            return levels
+        if self.label_gain == "exponential":
+            return 2.0**levels - 1.0
+        return np.asarray(self.label_gain, dtype=np.float64)
+
+    def lgb_params(self) -> dict[str, Any]:
+        """The LightGBM parameter dict (also given to :class:`BinnedPanel` so the bins match)."""
+        params: dict[str, Any] = {
+            "objective": "lambdarank",
+            "metric": "ndcg",
+            "eval_at": list(self.eval_at),
+            "label_gain": [float(g) for g in self.gains()],
+            "lambdarank_truncation_level": self.truncation_level or self.top_k + 3,
+            "num_leaves": self.num_leaves,
+            "learning_rate": self.learning_rate,
+            "min_data_in_leaf": self.min_data_in_leaf,
+            "feature_fraction": self.feature_fraction,
+            "lambda_l2": self.lambda_l2,
+            "max_bin": self.max_bin,
+            "num_threads": self.num_threads,
+            "seed": self.seed,
+            "deterministic": self.deterministic,
+            "force_col_wise": True,
+            "verbosity": -1,
+        }
+        params.update(self.extra)
+        return params
+
+
+class EarlyStopping:
+    """Early stopping on one named validation metric (e.g. ``ndcg@5``).
+
+    LightGBM sorts ``eval_at``, so its own ``early_stopping(first_metric_only=True)`` would always stop on
+    the smallest cut-off; this callback follows the metric it is given.
+    """
+
+    order = 30
+
+    def __init__(self, metric: str, rounds: int, dataset: str = "valid") -> None:
+        self.metric, self.rounds, self.dataset = metric, rounds, dataset
+        self.best_score = -np.inf
+        self.best_iteration = 0
+        self.best_results: list[Any] = []
+
+    def __call__(self, env: Any) -> None:
+        found = [r for r in env.evaluation_result_list if r[0] == self.dataset and r[1] == self.metric]
+        if not found:
+            raise ConfigError(
+                f"early stopping: no {self.dataset} metric {self.metric!r} among "
+                f"{preview(r[1] for r in env.evaluation_result_list)}; check model.eval_at."
+            )
+        if found[0][2] > self.best_score:
+            self.best_score, self.best_iteration = found[0][2], env.iteration
+            self.best_results = list(env.evaluation_result_list)
+        stop = env.iteration - self.best_iteration >= self.rounds or env.iteration == env.end_iteration - 1
+        if stop:
+            raise lgb.callback.EarlyStopException(self.best_iteration, self.best_results)
+
+
+class BinnedPanel:
+    """Every sample of a backtest binned once by LightGBM; each fold trains on a subset of whole days.
+
+    Parameters
+    ----------
+    data : all samples (date, code) of the backtest, sorted; only ``X`` and the day grouping are used.
+    params : LightGBM parameters (``LambdaRankConfig.lgb_params()``); the bins depend on ``max_bin``,
+        ``min_data_in_leaf`` and the seed, so folds must train with the same parameters.
+    history_end : bin edges are computed from the samples dated ``<= history_end`` only, then every
+        sample is placed into those bins.
+
+    Warnings
+    --------
+    ``history_end=None`` computes the bin edges from every date, future test days included: no label
+    is involved, but the candidate split thresholds then depend on the feature distribution of days the
+    early folds must not know. Pass the first fold's training end (a log line warns otherwise).
+    """
+
+    def __init__(
+        self, data: RankingData, params: dict[str, Any], *, history_end: np.datetime64 | None = None
+    ) -> None:
+        t0 = time.perf_counter()
+        self.n_samples = data.n_samples
+        self.dates = data.dates
+        self._starts = data.day_starts()
+        self.feature_names = data.feature_names
+        self.params = dict(params)
+        placeholder = np.zeros(data.n_samples, dtype=np.float32)  # labels come with each fold
+        names = list(data.feature_names)
+        if history_end is None:
+            log.warning(
+                "BinnedPanel: bin edges use the feature values of every date up to %s (no labels); pass "
+                "history_end = the first fold's training end to keep later days out of them",
+                data.dates[-1] if data.n_samples else None,
+            )
+            n_ref = data.n_samples
+        else:
+            n_ref = int(np.searchsorted(data.dates, np.datetime64(history_end, "ns"), side="right"))
+            if n_ref == 0:
+                raise DataContractError(
+                    f"BinnedPanel: no sample is dated on or before history_end={history_end} (data starts "
+                    f"{data.dates[0]}); pass the first fold's training end."
+                )
+        reference = None
+        if n_ref < data.n_samples:
+            reference = lgb.Dataset(
+                data.X[:n_ref], label=placeholder[:n_ref], feature_name=names, params=self.params,
+                free_raw_data=True,
+            ).construct()
+        self.dataset = lgb.Dataset(
+            data.X, label=placeholder, reference=reference, feature_name=names, params=self.params,
+            free_raw_data=False,
+        ).construct()
+        self.bin_rows = n_ref
+        log.info(
+            "BinnedPanel: %d samples x %d features binned in %.1fs (edges from the first %d samples)",
+            data.n_samples, data.n_features, time.perf_counter() - t0, n_ref,
+        )
+
+    def whole_days(self, rows: np.ndarray) -> np.ndarray:
+        """Validate that ``rows`` are whole days, increasing; return the group sizes, int32 (n_days,)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.ndim != 1 or rows.size == 0:
+            raise DataContractError(f"BinnedPanel.subset: expected a non-empty 1-D row array, received {rows.shape}.")
+        if rows[0] < 0 or rows[-1] >= self.n_samples or (np.diff(rows) <= 0).any():
+            raise DataContractError(
+                f"BinnedPanel.subset: rows must be strictly increasing positions in [0, {self.n_samples}) "
+                "(samples sorted by (date, code)); sort and de-duplicate them."
+            )
+        day = np.searchsorted(self._starts, rows, side="right") - 1
+        days, counts = np.unique(day, return_counts=True)
+        full = np.diff(self._starts)[days]
+        partial = counts != full
+        if partial.any():
+            bad = days[partial]
+            raise DataContractError(
+                f"BinnedPanel.subset: {len(bad)} days are only partly selected, e.g. "
+                f"{preview(str(self.dates[self._starts[d]])[:10] for d in bad)} ({counts[partial][0]} of "
+                f"{full[partial][0]} samples). A query group is a whole day: select every sample of a day "
+                "or none (drop unwanted stocks from the RankingData before building the panel)."
+            )
+        return counts.astype(np.int32)
+
+    def subset(self, rows: np.ndarray, relevance: np.ndarray) -> lgb.Dataset:
+        """The binned samples at ``rows`` (whole days, increasing) as a constructed Dataset.
+
+        Parameters
+        ----------
+        rows : int (n_rows,), positions in the panel's data.
+        relevance : int (n_rows,), the labels of those rows.
+        """
+        sizes = self.whole_days(rows)
+        ds = self.dataset.subset(np.asarray(rows, dtype=np.int32)).construct()
+        ds.set_label(np.asarray(relevance, dtype=np.float32))
+        ds.set_group(sizes)
+        return ds
+
+    def matches(self, data: RankingData) -> bool:
+        """True when ``data`` was taken from the samples this panel binned (same dates at ``rows``)."""
+        if data.rows is None or data.n_samples == 0 or data.feature_names != self.feature_names:
+            return False
+        if data.rows[-1] >= self.n_samples:
+            return False
+        return bool(np.array_equal(self.dates[data.rows], data.dates))
+
+
+class LambdaRankRanker:
+    """LightGBM LambdaRank behind the :class:`~models.base.Ranker` protocol.
+
+    Parameters
+    ----------
+    config : hyper-parameters; ``LambdaRankConfig()`` by default.
+
+    Attributes
+    ----------
+    booster : the fitted ``lgb.Booster`` (None before ``fit``).
+    last_fit : facts of the latest fit for per-fold logging: ``kind`` ("fresh" or "warm"),
+        ``rounds`` (trees added), ``best_iteration`` (trees used), ``best_score`` (validation NDCG by
+        metric name), ``seconds``, ``binned`` (trained on a BinnedPanel subset).
+    """
+
+    def __init__(self, config: LambdaRankConfig | None = None) -> None:
+        self.config = config or LambdaRankConfig()
+        self.booster: lgb.Booster | None = None
+        self.feature_names: tuple[str, ...] = ()
+        self.panel: BinnedPanel | None = None
+        self.last_fit: dict[str, Any] = {}
+        self._fits_since_refit = 0
+
+    @property
+    def params(self) -> dict[str, Any]:
+        p = asdict(self.config)
+        extra = p.pop("extra")
+        p["label_gain"] = p["label_gain"] if isinstance(p["label_gain"], str) else list(p["label_gain"])
+        p["eval_at"] = list(p["eval_at"])
+        p.update({f"extra.{k}": v for k, v in extra.items()})
+        return p
+
+    def prepare(self, data: RankingData, *, history_end: np.datetime64 | None = None) -> None:
+        """Bin every sample once (:class:`BinnedPanel`); later fits on data ``take``-n from ``data``
+        train on subsets. Resets warm start."""
+        self.panel = BinnedPanel(data, self.config.lgb_params(), history_end=history_end)
+        self._fits_since_refit = 0
+
+    def _check(self, data: RankingData, what: str, labelled: bool) -> None:
+        if self.feature_names and data.feature_names != self.feature_names:
+            raise DataContractError(
+                f"LambdaRankRanker.{what}: features differ from the fitted model's: expected "
+                f"{preview(self.feature_names)}, received {preview(data.feature_names)}."
+            )
+        if not labelled:
+            return
+        if data.relevance is None:
+            raise DataContractError(f"LambdaRankRanker.{what}: relevance labels are required to train.")
+        if data.relevance.size and data.relevance.max() >= self.config.n_bins:
+            raise DataContractError(
+                f"LambdaRankRanker.{what}: relevance reaches {int(data.relevance.max())} but n_bins is "
+                f"{self.config.n_bins}; make label.n_bins and model.n_bins agree."
+            )
+        if data.n_days < 1:
+            raise DataContractError(f"LambdaRankRanker.{what}: no samples.")
+
+    def _dataset(self, data: RankingData, reference: lgb.Dataset | None, params: dict[str, Any]) -> lgb.Dataset:
+        assert data.relevance is not None
+        if self.panel is not None and self.panel.matches(data):
+            assert data.rows is not None
+            return self.panel.subset(data.rows, data.relevance)
+        return lgb.Dataset(
+            data.X, label=data.relevance.astype(np.float32), group=data.group_sizes(), reference=reference,
+            feature_name=list(data.feature_names), params=params, free_raw_data=False,
+        )
+
+    def fit(self, train: RankingData, valid: RankingData | None = None) -> Self:
+        """Train on ``train``; early stopping on ``valid`` (purged validation tail) when given.
+
+        With ``warm_start`` the booster of the previous fit is continued (``init_model``) for
+        ``warm_start_rounds`` rounds, except on fresh fits (the first, and every ``full_refit_every``-th).
+        """
+        cfg = self.config
+        self._check(train, "fit(train)", labelled=True)
+        if valid is not None:
+            self._check(valid, "fit(valid)", labelled=True)
+            if valid.feature_names != train.feature_names:
+                raise DataContractError("LambdaRankRanker.fit: train and valid have different features.")
+        if self.booster is not None and train.feature_names != self.feature_names:
+            self.booster, self._fits_since_refit = None, 0  # another feature set: nothing to continue
+        warm = (
+            cfg.warm_start and self.booster is not None and 0 < self._fits_since_refit < cfg.full_refit_every
+        )
+        t0 = time.perf_counter()
+        params = cfg.lgb_params()
+        train_ds = self._dataset(train, None, params)
+        callbacks = []
+        valid_sets, valid_names = [], []
+        if valid is not None:
+            valid_sets, valid_names = [self._dataset(valid, train_ds, params)], ["valid"]
+            if cfg.early_stopping_rounds:
+                callbacks.append(EarlyStopping(f"ndcg@{cfg.eval_at[0]}", cfg.early_stopping_rounds))
+        rounds = cfg.warm_start_rounds if warm else cfg.num_boost_round
+        init_iter = self.booster.current_iteration() if warm and self.booster is not None else 0
+        booster = lgb.train(
+            params, train_ds, num_boost_round=rounds, valid_sets=valid_sets, valid_names=valid_names,
+            init_model=self.booster if warm else None, callbacks=callbacks,
+        )
+        self.booster = booster
+        self.feature_names = train.feature_names
+        self._fits_since_refit = self._fits_since_refit + 1 if warm else 1
+        best = booster.best_iteration or booster.current_iteration()
+        self.last_fit = {
+            "kind": "warm" if warm else "fresh",
+            "rounds": booster.current_iteration() - init_iter,
+            "best_iteration": int(best),
+            "best_score": {k: float(v) for k, v in booster.best_score.get("valid", {}).items()},
+            "seconds": time.perf_counter() - t0,
+            "binned": self.panel is not None and self.panel.matches(train),
+        }
+        log.info(
+            "LambdaRank %s fit: %d days, %d samples, %d trees (best %d), %.1fs%s",
+            self.last_fit["kind"], train.n_days, train.n_samples, booster.current_iteration(), best,
+            self.last_fit["seconds"], f", valid {self.last_fit['best_score']}" if valid is not None else "",
+        )
+        return self
+
+    def _fitted(self) -> lgb.Booster:
+        if self.booster is None:
+            raise DataContractError("LambdaRankRanker: call fit() (or load()) before predict/save.")
+        return self.booster
+
+    def predict(self, data: RankingData) -> np.ndarray:
+        """Scores, float64 (n_samples,), aligned with ``data``; higher is better."""
+        booster = self._fitted()
+        self._check(data, "predict", labelled=False)
+        return np.asarray(
+            booster.predict(data.X, num_iteration=booster.best_iteration or None, num_threads=self.config.num_threads),
+            dtype=np.float64,
+        )
+
+    def feature_importance(self) -> dict[str, float]:
+        """Total split gain per feature of the model that makes the predictions (a warm-started model
+        includes the trees inherited from earlier folds)."""
+        booster = self._fitted()
+        gain = booster.feature_importance(importance_type="gain", iteration=booster.best_iteration or None)
+        return {name: float(g) for name, g in zip(booster.feature_name(), gain)}
+
+    def save(self, path: str | Path) -> None:
+        """Write ``booster.txt`` (LightGBM's native text model) and ``ranker.json`` into directory ``path``."""
+        booster = self._fitted()
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        booster.save_model(path / BOOSTER_FILE, num_iteration=booster.best_iteration or None)
+        meta = {"config": self.params, "feature_names": list(self.feature_names), "last_fit": self.last_fit}
+        (path / META_FILE).write_text(json.dumps(meta, indent=2, default=str))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Self:
+        """Read a ranker written by :meth:`save`."""
+        path = Path(path)
+        if not (path / BOOSTER_FILE).is_file() or not (path / META_FILE).is_file():
+            raise DataContractError(
+                f"LambdaRankRanker.load: expected {BOOSTER_FILE} and {META_FILE} in {path}; write them with "
+                "LambdaRankRanker.save(path)."
+            )
+        meta = json.loads((path / META_FILE).read_text())
+        flat = meta["config"]
+        extra = {k.removeprefix("extra."): flat.pop(k) for k in list(flat) if k.startswith("extra.")}
+        ranker = cls(LambdaRankConfig(**flat, extra=extra))
+        ranker.booster = lgb.Booster(model_file=path / BOOSTER_FILE)
+        ranker.feature_names = tuple(meta["feature_names"])
+        ranker.last_fit = meta.get("last_fit", {})
+        return ranker

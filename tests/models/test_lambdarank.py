@@ -1,0 +1,235 @@
+"""LightGBM LambdaRank: signal recovery, BinnedPanel subsets, warm start, determinism, persistence."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+import pytest
+
+from backtest.errors import ConfigError, DataContractError
+from backtest.metrics import daily_ic, daily_ndcg
+from models.base import RankingData
+from models.lambdarank import BinnedPanel, LambdaRankConfig, LambdaRankRanker
+
+Factory = Callable[..., tuple[RankingData, np.ndarray]]
+
+# small trees for small problems; one thread keeps the tests steady on a shared machine
+SMALL = dict(num_threads=1, min_data_in_leaf=20, num_leaves=7, num_boost_round=30, early_stopping_rounds=None)
+
+
+def series(data: RankingData, values: np.ndarray) -> pd.Series:
+    return pd.Series(values, index=pd.MultiIndex.from_arrays([data.dates, data.codes], names=["date", "code"]))
+
+
+def oos_rank_ic(data: RankingData, scores: np.ndarray, label: np.ndarray) -> pd.Series:
+    return daily_ic(series(data, scores), series(data, label), "spearman")
+
+
+def trees(booster: lgb.Booster) -> str:
+    """The tree section of a model (parameters and feature ranges excluded)."""
+    text = booster.model_to_string()
+    return text[text.index("Tree=0") : text.index("end of trees")]
+
+
+def test_config_builds_explicit_lightgbm_parameters() -> None:
+    params = LambdaRankConfig(num_threads=2, seed=3).lgb_params()
+    assert params["objective"] == "lambdarank"
+    assert params["label_gain"] == [float(i) for i in range(10)]
+    assert params["lambdarank_truncation_level"] == 8  # top_k + 3
+    assert params["deterministic"] is True and params["force_col_wise"] is True
+    assert (params["num_threads"], params["seed"]) == (2, 3)
+    exp = LambdaRankConfig(label_gain="exponential", n_bins=4).lgb_params()["label_gain"]
+    assert exp == [0.0, 1.0, 3.0, 7.0]
+    assert LambdaRankConfig(extra={"num_leaves": 9}).lgb_params()["num_leaves"] == 9
+    with pytest.raises(ConfigError, match="expected 10 gains"):
+        LambdaRankConfig(label_gain=(0.0, 1.0))
+    with pytest.raises(ConfigError, match="'linear', 'exponential'"):
+        LambdaRankConfig(label_gain="squared")
+
+
+def test_recovers_a_strong_planted_signal_out_of_sample(make_ranking_data: Factory) -> None:
+    data, label = make_ranking_data(n_days=80, n_stocks=50, n_features=5, signal=0.4, seed=1)
+    train, test = data.take(np.arange(0, 60 * 50)), data.take(np.arange(60 * 50, 80 * 50))
+    model = LambdaRankRanker(LambdaRankConfig(**SMALL)).fit(train)
+    ic = oos_rank_ic(test, model.predict(test), label[60 * 50 :])
+    assert ic.mean() > 0.2  # f0 alone has a rank IC of ~0.35 here
+    gain = model.feature_importance()
+    assert set(gain) == {"f0", "f1", "f2", "f3", "f4"}
+    assert max(gain, key=gain.get) == "f0"
+
+
+@pytest.mark.slow
+def test_recovers_a_weak_planted_signal_out_of_sample(make_ranking_data: Factory) -> None:
+    """A feature with a rank IC of ~0.05 with the label (300 stocks, 500 training days, 7 noise features).
+
+    Documented level: the out-of-sample mean daily rank IC over 95 test days must exceed 0.02, i.e.
+    about 3 standard errors (SE ~0.006) above zero and ~45% of what the planted feature itself scores
+    (~0.045); measured 0.043 at this seed.
+    """
+    n = 300
+    data, label = make_ranking_data(n_days=600, n_stocks=n, n_features=8, signal=0.05, seed=0)
+    train, test = data.take(np.arange(0, 500 * n)), data.take(np.arange(505 * n, 600 * n))
+    cfg = LambdaRankConfig(num_threads=1, num_leaves=7, min_data_in_leaf=1000, num_boost_round=100,
+                           early_stopping_rounds=None)
+    model = LambdaRankRanker(cfg).fit(train)
+    ic = oos_rank_ic(test, model.predict(test), label[505 * n :])
+    assert ic.mean() > 0.02
+    assert ic.mean() > 3 * ic.std() / np.sqrt(len(ic))
+
+
+def test_overfits_a_tiny_training_set(make_ranking_data: Factory) -> None:
+    data, _ = make_ranking_data(n_days=5, n_stocks=30, n_features=6, signal=0.0, seed=2)
+    cfg = LambdaRankConfig(num_threads=1, min_data_in_leaf=1, num_leaves=31, num_boost_round=200,
+                           learning_rate=0.3, early_stopping_rounds=None, feature_fraction=1.0, lambda_l2=0.0)
+    model = LambdaRankRanker(cfg).fit(data)
+    ndcg = daily_ndcg(series(data, model.predict(data)), series(data, data.relevance), k=5, gain="linear")
+    assert ndcg.min() > 0.95  # pure noise labels, memorised
+
+
+def test_early_stopping_follows_ndcg_at_the_first_cutoff(make_ranking_data: Factory) -> None:
+    data, _ = make_ranking_data(n_days=60, n_stocks=30, signal=0.5, seed=3)
+    train, valid = data.take(np.arange(0, 40 * 30)), data.take(np.arange(45 * 30, 60 * 30))
+    cfg = LambdaRankConfig(**{**SMALL, "num_boost_round": 60, "early_stopping_rounds": 5})
+    model = LambdaRankRanker(cfg).fit(train, valid)
+    fit = model.last_fit
+    assert set(fit["best_score"]) == {"ndcg@3", "ndcg@5"}
+    # the chosen iteration is the best NDCG@5 on the validation set: recompute it with our own metric
+    booster = model.booster
+    assert booster is not None and booster.current_iteration() == fit["best_iteration"]
+    ours = daily_ndcg(series(valid, model.predict(valid)), series(valid, valid.relevance), k=5, gain="linear")
+    assert fit["best_score"]["ndcg@5"] == pytest.approx(ours.fillna(1.0).mean(), abs=1e-9)
+
+
+def test_fits_are_deterministic(make_ranking_data: Factory) -> None:
+    data, _ = make_ranking_data(n_days=40, n_stocks=30, seed=4)
+    cfg = LambdaRankConfig(**{**SMALL, "feature_fraction": 0.5, "seed": 11})
+    a = LambdaRankRanker(cfg).fit(data).predict(data)
+    b = LambdaRankRanker(cfg).fit(data).predict(data)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_binned_subset_gives_the_same_model_as_a_fresh_dataset(make_ranking_data: Factory) -> None:
+    """Bins from the first training window, then the window as a subset == a Dataset built on it."""
+    data, _ = make_ranking_data(n_days=70, n_stocks=30, n_features=5, signal=0.6, seed=5)
+    train = data.take(np.arange(0, 50 * 30))
+    test = data.take(np.arange(55 * 30, 70 * 30))
+    cfg = LambdaRankConfig(**SMALL)
+    fresh = LambdaRankRanker(cfg).fit(train)
+    binned = LambdaRankRanker(cfg)
+    binned.prepare(data, history_end=train.dates[-1])
+    binned.fit(train)
+    assert binned.last_fit["binned"] and not fresh.last_fit["binned"]
+    assert trees(binned.booster) == trees(fresh.booster)
+    np.testing.assert_array_equal(binned.predict(test), fresh.predict(test))
+
+
+def test_binned_subset_of_a_later_window_matches_when_bins_coincide(make_ranking_data: Factory) -> None:
+    """With features of few distinct values (all present in every window) the bins are the same whatever
+    rows they come from, so a later window's subset gives exactly the fresh model."""
+    data, _ = make_ranking_data(n_days=70, n_stocks=30, n_features=4, signal=0.6, seed=6)
+    coarse = np.round(data.X * 2) / 2  # values in steps of 0.5
+    coarse = np.clip(coarse, -2, 2).astype(np.float32)
+    data = RankingData(coarse, data.dates, data.codes, data.feature_names, data.relevance)
+    later = data.take(np.arange(20 * 30, 60 * 30))
+    cfg = LambdaRankConfig(**SMALL)
+    panel_model = LambdaRankRanker(cfg)
+    panel_model.prepare(data, history_end=None)
+    panel_model.fit(later)
+    fresh = LambdaRankRanker(cfg).fit(later)
+    assert trees(panel_model.booster) == trees(fresh.booster)
+
+
+def test_bins_ignore_feature_values_after_history_end(make_ranking_data: Factory) -> None:
+    data, _ = make_ranking_data(n_days=60, n_stocks=30, signal=0.6, seed=7)
+    train = data.take(np.arange(0, 30 * 30))
+    future = data.X.copy()
+    future[30 * 30 :] = future[30 * 30 :] * 100 + 7  # rewrite every feature value after the training end
+    altered = RankingData(future, data.dates, data.codes, data.feature_names, data.relevance)
+    models = []
+    for source in (data, altered):
+        m = LambdaRankRanker(LambdaRankConfig(**SMALL))
+        m.prepare(source, history_end=train.dates[-1])
+        m.fit(source.take(np.arange(0, 30 * 30)))
+        models.append(trees(m.booster))
+    assert models[0] == models[1]
+    # without history_end the future values move the bin edges (and say so in the log)
+    leaky = []
+    for source in (data, altered):
+        m = LambdaRankRanker(LambdaRankConfig(**SMALL))
+        m.prepare(source)
+        m.fit(source.take(np.arange(0, 30 * 30)))
+        leaky.append(trees(m.booster))
+    assert leaky[0] != leaky[1]
+
+
+def test_history_end_none_is_logged_as_a_warning(make_ranking_data: Factory, caplog: pytest.LogCaptureFixture) -> None:
+    data, _ = make_ranking_data(n_days=5, n_stocks=10)
+    with caplog.at_level(logging.WARNING, logger="models.lambdarank"):
+        BinnedPanel(data, LambdaRankConfig(**SMALL).lgb_params())
+    assert "history_end" in caplog.text
+
+
+def test_subset_rows_must_be_whole_days(make_ranking_data: Factory) -> None:
+    data, _ = make_ranking_data(n_days=6, n_stocks=10)
+    panel = BinnedPanel(data, LambdaRankConfig(**SMALL).lgb_params(), history_end=data.dates[-1])
+    np.testing.assert_array_equal(panel.whole_days(np.arange(10, 40)), [10, 10, 10])
+    ds = panel.subset(np.arange(10, 40), data.relevance[10:40])
+    assert ds.num_data() == 30
+    np.testing.assert_array_equal(ds.get_group(), [10, 10, 10])
+    np.testing.assert_array_equal(ds.get_field("group"), [0, 10, 20, 30])  # the booster's query boundaries
+    np.testing.assert_array_equal(ds.get_label(), data.relevance[10:40])
+    with pytest.raises(DataContractError, match="only partly selected.*2024-01-02.*9 of 10"):
+        panel.subset(np.arange(11, 40), data.relevance[11:40])
+    with pytest.raises(DataContractError, match="strictly increasing"):
+        panel.subset(np.array([20, 10]), data.relevance[[20, 10]])
+
+
+def test_warm_start_continues_and_refits_on_schedule(make_ranking_data: Factory) -> None:
+    n = 30
+    data, label = make_ranking_data(n_days=90, n_stocks=n, signal=0.5, seed=8)
+    cfg = LambdaRankConfig(**{**SMALL, "warm_start": True, "warm_start_rounds": 5, "full_refit_every": 3})
+    model = LambdaRankRanker(cfg)
+    model.prepare(data, history_end=data.dates[40 * n - 1])
+    kinds, trees_used = [], []
+    for fold in range(5):
+        train = data.take(np.arange(fold * 5 * n, (40 + fold * 5) * n))
+        model.fit(train)
+        kinds.append(model.last_fit["kind"])
+        trees_used.append(model.booster.current_iteration())
+    assert kinds == ["fresh", "warm", "warm", "fresh", "warm"]
+    assert trees_used == [30, 35, 40, 30, 35]
+    test = data.take(np.arange(70 * n, 90 * n))
+    assert oos_rank_ic(test, model.predict(test), label[70 * n :]).mean() > 0.2
+
+
+def test_save_load_round_trip_gives_identical_predictions(make_ranking_data: Factory, tmp_path: Path) -> None:
+    data, _ = make_ranking_data(n_days=50, n_stocks=20, seed=9)
+    train, valid = data.take(np.arange(0, 35 * 20)), data.take(np.arange(38 * 20, 50 * 20))
+    cfg = LambdaRankConfig(**{**SMALL, "early_stopping_rounds": 5, "extra": {"min_sum_hessian_in_leaf": 0.01}})
+    model = LambdaRankRanker(cfg).fit(train, valid)
+    model.save(tmp_path / "m")
+    again = LambdaRankRanker.load(tmp_path / "m")
+    np.testing.assert_array_equal(again.predict(valid), model.predict(valid))
+    assert again.params == model.params
+    assert again.feature_importance() == model.feature_importance()
+    with pytest.raises(DataContractError, match="expected booster.txt"):
+        LambdaRankRanker.load(tmp_path / "missing")
+
+
+def test_user_mistakes_get_clear_errors(make_ranking_data: Factory) -> None:
+    data, _ = make_ranking_data(n_days=5, n_stocks=10)
+    with pytest.raises(DataContractError, match="relevance labels are required"):
+        LambdaRankRanker().fit(data.with_relevance(None))
+    with pytest.raises(DataContractError, match="relevance reaches 9 but n_bins is 5"):
+        LambdaRankRanker(LambdaRankConfig(n_bins=5)).fit(data)
+    with pytest.raises(DataContractError, match="call fit"):
+        LambdaRankRanker().predict(data)
+    model = LambdaRankRanker(LambdaRankConfig(**SMALL)).fit(data)
+    renamed = RankingData(data.X, data.dates, data.codes, ("a", "b", "c", "d"), data.relevance)
+    with pytest.raises(DataContractError, match="features differ"):
+        model.predict(renamed)
