@@ -180,7 +180,9 @@ def max_drawdown(returns: pd.Series) -> float:
     return float(min((equity / peak).min() - 1.0, 0.0))
 
 
-def excess_ann_return(strategy: pd.Series, benchmark: pd.Series, periods_per_year: int = PERIODS_PER_YEAR) -> float:
+def excess_ann_return(
+    strategy: pd.Series, benchmark: pd.Series, periods_per_year: int = PERIODS_PER_YEAR
+) -> float:
     """``ann_return(strategy) - ann_return(benchmark)`` (difference of annualised returns)."""
     _paired(strategy, benchmark)
     return ann_return(strategy, periods_per_year) - ann_return(benchmark, periods_per_year)

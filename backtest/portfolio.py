@@ -386,14 +386,19 @@ def _scores_on_grid(scores: pd.Series, grid: WideGrid) -> np.ndarray:
     codes = scores.index.get_level_values(1)
     rows = grid.dates.get_indexer(dates)
     cols = grid.codes.get_indexer(codes)
+    values = scores.to_numpy(np.float64)
     bad = (rows < 0) | (cols < 0)
+    bad[~bad] = ~grid.present()[rows[~bad], cols[~bad]]
+    bad &= np.isfinite(values)
     if bad.any():
         raise DataContractError(
-            f"{int(bad.sum())} score keys are not rows of the panel, e.g. "
-            f"{preview(scores.index[bad], 3)}. Scores must be given for (date, code) pairs of the panel."
+            f"{int(bad.sum())} finite scores are for (date, code) keys that are not rows of the panel, e.g. "
+            f"{preview(scores.index[bad], 3)}. Score only stocks that have a panel row on the day (drop or "
+            "set NaN the scores of stocks not listed yet, delisted or masked)."
         )
     wide = np.full(grid.shape, np.nan)
-    wide[rows, cols] = scores.to_numpy(np.float64)
+    keep = (rows >= 0) & (cols >= 0)
+    wide[rows[keep], cols[keep]] = values[keep]
     return wide
 
 
@@ -542,7 +547,8 @@ def _record(
         last = len(ranked) - 1
     passed = ranked[: last + 1][~acceptable[: last + 1]]
     for j in passed:
-        book.blocked.append((exec_date, decision_date, codes[j], "limit_up" if flags["tradable"][j] else "suspended"))
+        reason = "limit_up" if flags["tradable"][j] else "suspended"
+        book.blocked.append((exec_date, decision_date, codes[j], reason))
     # Held names whose weight could not move as wished.
     for j in np.flatnonzero(locked & (before > _EPS) & (np.abs(wish - before) > _EPS)):
         if not flags["tradable"][j]:
@@ -554,7 +560,9 @@ def _record(
         book.blocked.append((exec_date, decision_date, codes[j], reason))
 
 
-def _hold(book: _Book, market: _Market, post: np.ndarray, cost: float, start: int, end: int, record: bool) -> float:
+def _hold(
+    book: _Book, market: _Market, post: np.ndarray, cost: float, start: int, end: int, record: bool
+) -> float:
     """Buy and hold ``post`` over return days ``start .. end-1``; return the period's compounded return."""
     cols = np.flatnonzero(post > _EPS)
     values = post[cols]
@@ -671,7 +679,9 @@ def simulate(scores: pd.Series, panel: pd.DataFrame, spec: PortfolioSpec | None 
             (strategy, spec, spec.top_k, True),
             (benchmark, bench_spec, None, False),
         ):
-            post, cost = _rebalance(book, market, decision, start, eligible, score_wide[decision], book_spec, top_k, record)
+            post, cost = _rebalance(
+                book, market, decision, start, eligible, score_wide[decision], book_spec, top_k, record
+            )
             period.append(_hold(book, market, post, cost, start, end, record))
         rows.append(
             (grid.dates[decision], grid.dates[start], grid.dates[end - 1], end - start, period[0], period[1],
@@ -700,7 +710,8 @@ def _result(
             "cost", "benchmark_turnover", "benchmark_cost", "n_holdings",
         ],
     ).set_index("decision_date")
-    periods.insert(periods.columns.get_loc("benchmark") + 1, "excess", periods["strategy"] - periods["benchmark"])
+    excess = periods["strategy"] - periods["benchmark"]
+    periods.insert(periods.columns.get_loc("benchmark") + 1, "excess", excess)
     days, cols, weights = (np.concatenate(parts) for parts in zip(*strategy.positions))
     positions = pd.DataFrame(
         {"date": grid.dates[days], "code": grid.codes[cols], "weight": weights}

@@ -42,8 +42,13 @@ def make_panel(
     limits: bool = True,
     out_of_universe: set[tuple[int, str]] = frozenset(),
     adj: dict[str, list[float]] | None = None,
+    suspended_prices: str = "nan",
 ) -> pd.DataFrame:
-    """A canonical panel from per-code open lists (close = open unless given)."""
+    """A canonical panel from per-code open lists (close = open unless given).
+
+    Suspended rows have NaN prices (``suspended_prices="nan"``) or carry the last close as every price
+    (``"carry"``, as the synthetic market and Tushare do).
+    """
     n = len(next(iter(opens.values())))
     dates = pd.bdate_range(start, periods=n)
     rows = []
@@ -55,7 +60,8 @@ def make_panel(
             close = closes[code][i] if closes else value
             row = {"date": dates[i], "code": code, "open": float(value), "close": float(close)}
             if (i, code) in suspended:
-                row.update(open=np.nan, close=last_close, is_suspended=True)
+                carried = last_close if suspended_prices == "carry" else np.nan
+                row.update(open=carried, close=last_close, is_suspended=True)
             else:
                 row["is_suspended"] = False
             if limits:
@@ -267,11 +273,15 @@ def test_suspended_candidate_is_skipped():
     assert result.blocked[["code", "reason"]].values.tolist() == [["A", "suspended"]]
 
 
-def test_suspended_holding_carries_its_last_price():
-    panel = make_panel(OPENS, suspended={(2, "B")})  # B has no open on d2; resumes at 18 on d3
+@pytest.mark.parametrize("suspended_prices", ["nan", "carry"])
+def test_suspended_holding_carries_its_last_price(suspended_prices):
+    closes = {code: list(values) for code, values in OPENS.items()}
+    closes["B"][1] = 19.0  # B closes at 19 on d1, is suspended on d2 (prices NaN or carried 19)
+    panel = make_panel(OPENS, closes=closes, suspended={(2, "B")}, suspended_prices=suspended_prices)
     scores = make_scores(panel, {0: {"A": 3, "B": 2, "C": 1}})
     result = simulate(scores, panel, PortfolioSpec(top_k=2, **FREE))
-    # B: d1 = 20 -> 20 (carried) = 0, d2 = 20 -> 18 = -10%, then +10%, 0.
+    # B is marked at its last traded open (20) until it trades again: d1 = 20 -> 20 = 0,
+    # d2 = 20 -> 18 (open on resumption) = -10%, then +10%, 0. The carried close is not a fill.
     expected = [0.05, (0.055 - 0.05) / 1.05, 0.045 / 1.055, 0.0]
     np.testing.assert_allclose(result.returns.to_numpy(), expected, atol=1e-12)
 
@@ -403,6 +413,14 @@ def test_scores_outside_the_panel_are_rejected():
     scores.loc[(pd.Timestamp("2030-01-01"), "A")] = 2.0
     with pytest.raises(DataContractError, match="not rows of the panel"):
         simulate(scores, panel)
+    # A panel date on which the stock has no row is not a row either; a NaN score there is fine.
+    delisted = make_panel(OPENS, absent={(2, "A")})
+    scores = make_scores(delisted, {0: {"A": 1.0, "B": 0.5}, 2: {"B": 1.0}})
+    scores.loc[(day(delisted, 2), "A")] = np.nan
+    simulate(scores, delisted)
+    scores.loc[(day(delisted, 2), "A")] = 3.0
+    with pytest.raises(DataContractError, match="not rows of the panel"):
+        simulate(scores, delisted)
 
 
 def test_duplicate_panel_rows_are_rejected():
