@@ -1,0 +1,93 @@
+"""Report artifacts of a backtest. Every function writes only to the path or folder it is given.
+
+- :mod:`~backtest.reports.tearsheet`: quantstats HTML tearsheet vs the equal-weight benchmark.
+- :mod:`~backtest.reports.plots`: equity-curve and drawdown PNGs.
+- :mod:`~backtest.reports.drift`: feature-importance drift across folds, feature value drift (PSI, KS).
+- :mod:`~backtest.reports.returns`: the daily-returns contract the three share.
+
+:func:`write_backtest_reports` writes them all into one folder, ready for
+``BacktestRun.log_artifact(folder, "reports")``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from backtest.reports.drift import (
+    ImportanceDrift,
+    feature_value_drift,
+    importance_drift,
+    population_stability_index,
+    write_drift_report,
+)
+from backtest.reports.plots import plot_drawdown, plot_equity_curve
+from backtest.reports.tearsheet import Tearsheet, tearsheet_metrics, write_tearsheet
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ImportanceDrift",
+    "Tearsheet",
+    "feature_value_drift",
+    "importance_drift",
+    "plot_drawdown",
+    "plot_equity_curve",
+    "population_stability_index",
+    "tearsheet_metrics",
+    "write_backtest_reports",
+    "write_drift_report",
+    "write_tearsheet",
+]
+
+
+def write_backtest_reports(
+    directory: Path | str,
+    returns: pd.Series,
+    benchmark: pd.Series,
+    *,
+    title: str = "Strategy tearsheet",
+    importance: pd.DataFrame | None = None,
+    periods: pd.Series | Sequence[object] | None = None,
+    value_drift: pd.DataFrame | None = None,
+    tearsheet: bool = True,
+    plots: bool = True,
+    drift_report: bool = True,
+    log_scale: bool = True,
+) -> list[Path]:
+    """Write the reports of one backtest into ``directory``.
+
+    Parameters
+    ----------
+    directory : output folder (created). Layout: ``tearsheet.html``, ``equity.png``, ``drawdown.png``,
+        ``drift/`` (see :func:`write_drift_report`).
+    returns, benchmark : Series of daily strategy / equal-weight returns indexed by the same dates.
+    title : tearsheet and plot title.
+    importance : fold x feature gain, for the importance drift; None skips it.
+    periods : period label per fold (default: the year of a dated fold index).
+    value_drift : :func:`feature_value_drift` output; None skips it.
+    tearsheet, plots, drift_report : which reports to write (the ``tracking`` config's switches).
+    log_scale : logarithmic equity axis.
+
+    Returns
+    -------
+    list of Path : every file written.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    if tearsheet:
+        sheet = write_tearsheet(returns, benchmark, directory / "tearsheet.html", title=title)
+        written.append(sheet.path)
+    if plots:
+        written.append(plot_equity_curve(returns, benchmark, directory / "equity.png", log_scale=log_scale,
+                                         title=f"{title}: equity curve"))
+        written.append(plot_drawdown(returns, benchmark, directory / "drawdown.png", title=f"{title}: drawdown"))
+    if drift_report and (importance is not None or value_drift is not None):
+        written += write_drift_report(directory / "drift", importance=importance, periods=periods,
+                                      value_drift=value_drift)
+    logger.info("wrote %d report files to %s", len(written), directory)
+    return written
