@@ -734,28 +734,31 @@ def _positions_on(calendar: pd.DatetimeIndex, days: pd.DatetimeIndex, what: str)
 def _violations(fold: Fold, ends: _LabelEnds) -> list[str]:
     """The purge-rule breaches of ``fold`` against ``ends`` (empty when the fold is clean)."""
     record = fold.record
-    cutoff = np.datetime64(record.cutoff, "ns")
-    problems = []
-    by_date = ends.as_series()
+    known = ends.dates.values.astype(_NS)
+    problems: list[str] = []
 
-    def late(days: pd.DatetimeIndex, limit: np.datetime64, role: str, limit_name: str) -> None:
-        end = by_date.reindex(days).dropna()
-        bad = end[end.to_numpy().astype(_NS) > limit]
+    def late(days: pd.DatetimeIndex, limit: pd.Timestamp, role: str, limit_name: str) -> None:
+        values = days.values.astype(_NS)
+        at = np.minimum(np.searchsorted(known, values), len(known) - 1)
+        found = known[at] == values  # dates without samples cannot leak
+        end = ends.end[at[found]]
+        bad = np.flatnonzero(end > np.datetime64(limit, "ns"))
         if len(bad):
             problems.append(
                 f"{len(bad)} {role} dates have label_end after the {limit_name} {_day(limit)}: "
-                + preview([f"{_day(d)} (label_end {_day(v)})" for d, v in bad.items()], 5)
+                + ", ".join(f"{_day(values[found][i])} (label_end {_day(end[i])})" for i in bad[:5])
+                + (f" (and {len(bad) - 5} more)" if len(bad) > 5 else "")
             )
 
-    late(fold.train_dates, cutoff, "training", "cutoff")
-    late(fold.valid_dates, cutoff, "validation", "cutoff")
+    late(fold.train_dates, record.cutoff, "training", "cutoff")
+    late(fold.valid_dates, record.cutoff, "validation", "cutoff")
     if record.valid_cutoff is not None and len(fold.valid_dates):
-        late(fold.train_dates, np.datetime64(record.valid_cutoff, "ns"), "training", "validation cutoff")
+        late(fold.train_dates, record.valid_cutoff, "training", "validation cutoff")
     for role, days in (("training", fold.train_dates), ("validation", fold.valid_dates)):
         ahead = days[days >= fold.decision_date]
         if len(ahead):
             problems.append(f"{len(ahead)} {role} dates on or after the decision date: {preview(map(_day, ahead))}")
-    shared = fold.train_dates.intersection(fold.predict_dates)
+    shared = np.intersect1d(fold.train_dates.values.astype(_NS), fold.predict_dates.values.astype(_NS))
     if len(shared):
         problems.append(f"training dates that are also prediction dates: {preview(map(_day, shared))}")
     return problems

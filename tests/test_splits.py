@@ -346,11 +346,11 @@ def test_leak_demo_uses_every_date_before_the_decision(case: dict) -> None:
     except InsufficientHistoryError:
         return
     sample_dates = label_end.index.get_level_values(0).unique()
+    by_date = label_end.groupby(level=0).max()
     for fold in folds:
         used = fold.train_dates.union(fold.valid_dates)
         assert used.equals(sample_dates[sample_dates < fold.decision_date])
         assert fold.record.n_purged == 0 and fold.record.leak_guard == "disabled"
-        by_date = label_end.groupby(level=0).max()
         late = (by_date[used] > fold.cutoff).any()
         if len(fold.valid_dates):  # or a training label that reaches into the validation tail's cutoff
             late |= (by_date[fold.train_dates] > fold.record.valid_cutoff).any()
@@ -465,3 +465,44 @@ def test_cpcv_split_groups_match_the_combinations() -> None:
     groups = cv.groups(label_end)
     for (_, test), expected in zip(cv.split(label_end), combinations(range(5), 3)):
         assert tuple(np.unique(groups[test])) == expected
+
+
+def test_backtest_config_instantiates_the_schedule() -> None:
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        default = compose(config_name="backtest/default")
+        demo = compose(config_name="backtest/default", overrides=["backtest.purge=false", "backtest.leak_demo=true"])
+        refused = compose(config_name="backtest/default", overrides=["backtest.purge=false"])
+    assert instantiate(default.backtest, _convert_="all") == RollingSchedule(
+        retrain_every=5, train_window=500, window="sliding", valid_days=20, embargo=2, purge=True
+    )
+    assert instantiate(demo.backtest, _convert_="all").purge is False
+    with pytest.raises(Exception, match="leak_demo=true"):  # hydra wraps the ConfigError
+        instantiate(refused.backtest, _convert_="all")
+
+
+def test_schedule_on_the_tiny_synthetic_market(tiny_panel: pd.DataFrame) -> None:
+    labels = make_labels(tiny_panel)
+    calendar = tiny_panel.index.get_level_values("date").unique()
+    schedule = RollingSchedule(train_window=250, test_start="2022-07-01")
+    folds = schedule.folds(calendar, labels.label_end)
+    n_test = int((calendar >= "2022-07-01").sum())
+    assert len(folds) == -(-n_test // 5)
+    for fold in folds:
+        check_fold(fold, labels.label_end)
+        pos_decision = calendar.get_loc(fold.decision_date)
+        # cutoff = d - 2; the validation tail ends at d - 2 - 5 and starts 19 days earlier, at v0 = d - 26;
+        # training labels end by v0 - 2 = d - 28.
+        assert fold.record.max_valid_label_end == fold.cutoff == calendar[pos_decision - 2]
+        assert fold.valid_dates[0] == calendar[pos_decision - 26]
+        assert fold.record.max_train_label_end == fold.record.valid_cutoff == calendar[pos_decision - 28]
+        assert len(fold.train_dates) == 250 and len(fold.valid_dates) == 20
+        assert fold.record.n_purged == labels.label_end.index.get_level_values(0).isin(
+            calendar[calendar.get_loc(fold.valid_dates[-1]) + 1 : pos_decision]
+            .union(calendar[calendar.get_loc(fold.train_dates[-1]) + 1 : calendar.get_loc(fold.valid_dates[0])])
+        ).sum()
