@@ -1,0 +1,303 @@
+"""StockTransformer network, ranking losses and the StockTransformerRanker (CPU; GPU tests marked)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from backtest.errors import ConfigError, DataContractError
+from backtest.metrics import daily_ndcg
+from models.base import RankingData, feature_tensor
+from models.ranking_losses import listmle_loss, listnet_loss, ranknet_loss
+from models.stock_transformer import StockTransformer, StockTransformerConfig
+from models.transformer_ranker import StockTransformerRanker, TransformerTrainingConfig
+
+Factory = Callable[..., tuple[RankingData, np.ndarray]]
+
+TINY = StockTransformerConfig(
+    n_features=3, window=6, d_model=16, n_heads=2, n_layers=1, scales=(2, 6), cross_heads=2,
+    n_experts=3, top_k=2, dropout=0.0,
+)
+FAST = TransformerTrainingConfig(max_epochs=3, days_per_step=4, num_threads=1, learning_rate=3e-3, device="cpu")
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def network(cfg: StockTransformerConfig = TINY, seed: int = 0) -> StockTransformer:
+    torch.manual_seed(seed)
+    return StockTransformer(cfg).eval()
+
+
+def inputs(days: int = 3, stocks: int = 7, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(days, stocks, TINY.window, TINY.n_features, generator=g)
+    mask = torch.ones(days, stocks, dtype=torch.bool)
+    mask[0, 5:] = False
+    mask[2, 0] = False
+    return x, mask
+
+
+# ---------------------------------------------------------------------------- the network
+
+
+def test_shapes_and_masked_scores() -> None:
+    x, mask = inputs()
+    scores, aux = network()(x, mask)
+    assert scores.shape == (3, 7) and aux.shape == ()
+    assert (scores[~mask] == 0).all() and torch.isfinite(scores).all()
+    assert network().temporal.encoder.layers[0].linear1.out_features == 4 * TINY.d_model
+
+
+@pytest.mark.parametrize("cfg", [TINY, replace(TINY, cross_stock=False), replace(TINY, moe=False)])
+def test_a_masked_stock_never_changes_other_scores(cfg: StockTransformerConfig) -> None:
+    net = network(cfg)
+    x, mask = inputs()
+    with torch.no_grad():
+        before, aux_before = net(x, mask)
+        garbage = x.clone()
+        garbage[~mask] = torch.randn(int((~mask).sum()), cfg.window, cfg.n_features) * 1e6
+        after, aux_after = net(garbage, mask)
+    torch.testing.assert_close(after, before, rtol=0, atol=0)
+    torch.testing.assert_close(aux_after, aux_before, rtol=0, atol=0)
+    # padding is as good as absent: day 0 (stocks 5, 6 masked) scores the same without those slots
+    with torch.no_grad():
+        trimmed, _ = net(x[:1, :5], mask[:1, :5])
+    torch.testing.assert_close(trimmed[0], before[0, :5], rtol=1e-5, atol=1e-6)
+
+
+def test_cross_stock_switch_controls_interaction() -> None:
+    x, mask = inputs()
+    x2 = x.clone()
+    x2[1, 3] += 5.0  # change one real stock
+    for cross, interacts in ((True, True), (False, False)):
+        net = network(replace(TINY, cross_stock=cross))
+        with torch.no_grad():
+            a, _ = net(x, mask)
+            b, _ = net(x2, mask)
+        others = torch.ones(7, dtype=torch.bool)
+        others[3] = False
+        changed = not torch.equal(a[1, others], b[1, others])
+        assert changed == interacts
+        assert torch.equal(a[0], b[0])  # other days are never affected
+
+
+def test_permutation_equivariance_across_the_stocks_of_a_day() -> None:
+    net = network()
+    x, mask = inputs()
+    perm = torch.tensor([4, 0, 6, 2, 1, 5, 3])
+    with torch.no_grad():
+        scores, aux = net(x, mask)
+        permuted, aux_p = net(x[:, perm], mask[:, perm])
+    torch.testing.assert_close(permuted, scores[:, perm], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(aux_p, aux, rtol=1e-5, atol=1e-6)
+
+
+def test_chunked_temporal_attention_equals_one_call() -> None:
+    x, mask = inputs()
+    whole = network(TINY)
+    chunked = network(replace(TINY, max_attention_batch=5))  # 21 sequences -> chunks of 4
+    with torch.no_grad():
+        torch.testing.assert_close(chunked(x, mask)[0], whole(x, mask)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_moe_balancing_loss_is_one_for_uniform_routing_and_zero_without_moe() -> None:
+    net = network()
+    with torch.no_grad():
+        net.head.gate.weight.zero_()  # uniform probabilities: f = (1, 0, 0) by tie order, P = 1/3 each
+        _, aux = net(*inputs())
+    assert aux.item() == pytest.approx(1.0, abs=1e-6)
+    single = network(replace(TINY, moe=False))
+    assert single.head.gate is None
+    assert single(*inputs())[1].item() == 0.0
+
+
+def test_config_errors_say_what_to_fix() -> None:
+    with pytest.raises(ConfigError, match="divisible"):
+        StockTransformerConfig(n_features=3, d_model=30, n_heads=4)
+    with pytest.raises(ConfigError, match="scales=.*window=6"):
+        StockTransformerConfig(n_features=3, window=6, scales=(5, 10))
+    with pytest.raises(ConfigError, match="n_features must be >= 1"):
+        StockTransformer(replace(TINY, n_features=0))
+    with pytest.raises(ConfigError, match="loss='listwise'"):
+        TransformerTrainingConfig(loss="listwise")
+
+
+# ---------------------------------------------------------------------------- losses (exact values)
+
+
+def test_listnet_exact_and_masked() -> None:
+    scores = torch.tensor([[0.0, 0.0, 100.0]])
+    rel = torch.tensor([[1, 0, 9]])
+    mask = torch.tensor([[True, True, False]])
+    # target softmax(1, 0), prediction (1/2, 1/2): cross-entropy = log 2 whatever the target
+    assert listnet_loss(scores, rel, mask).item() == pytest.approx(math.log(2), abs=1e-6)
+    scores2 = torch.tensor([[1.0, 0.0, -3.0]])
+    p = 1 / (1 + math.exp(-1.0))  # softmax(1, 0)[0], both for target and prediction
+    expect = -(p * math.log(p) + (1 - p) * math.log(1 - p))
+    assert listnet_loss(scores2, rel, mask).item() == pytest.approx(expect, abs=1e-6)
+
+
+def test_listmle_exact() -> None:
+    scores = torch.tensor([[2.0, 0.5, 7.0]])
+    rel = torch.tensor([[1, 0, 3]])
+    mask = torch.tensor([[True, True, False]])
+    expect = (math.log(math.exp(2.0) + math.exp(0.5)) - 2.0 + 0.0) / 2  # order (0, 1); per real stock
+    assert listmle_loss(scores, rel, mask).item() == pytest.approx(expect, abs=1e-6)
+
+
+def test_ranknet_exact_and_empty_days_add_nothing() -> None:
+    scores = torch.tensor([[1.0, 0.0, 0.0], [5.0, 1.0, 2.0]])
+    rel = torch.tensor([[1, 0, 0], [2, 1, 0]])
+    mask = torch.tensor([[True, True, False], [False, False, False]])
+    assert ranknet_loss(scores, rel, mask).item() == pytest.approx(math.log1p(math.exp(-1.0)), abs=1e-6)
+    assert listnet_loss(scores, rel, mask).item() == pytest.approx(
+        listnet_loss(scores[:1], rel[:1], mask[:1]).item(), abs=1e-7
+    )
+
+
+# ---------------------------------------------------------------------------- the ranker
+
+
+def ranker(seed: int = 0, **training: object) -> StockTransformerRanker:
+    arch = replace(TINY, n_features=0, dropout=0.1)
+    return StockTransformerRanker(arch, replace(FAST, seed=seed, **training))
+
+
+def test_same_seed_gives_identical_scores_on_cpu(make_ranking_data: Factory) -> None:
+    data, _ = make_ranking_data(n_days=24, n_stocks=10, n_features=3, seed=3)
+    train, valid = data.take(np.arange(0, 16 * 10)), data.take(np.arange(18 * 10, 24 * 10))
+    a = ranker(seed=5).fit(train, valid).predict(valid)
+    b = ranker(seed=5).fit(train, valid).predict(valid)
+    c = ranker(seed=6).fit(train, valid).predict(valid)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    assert torch.are_deterministic_algorithms_enabled() is False  # the fit restored the global setting
+
+
+def test_overfits_a_tiny_batch(make_ranking_data: Factory) -> None:
+    data, _ = make_ranking_data(n_days=4, n_stocks=12, n_features=3, signal=0.0, seed=4)
+    model = ranker(max_epochs=150, learning_rate=1e-2, days_per_step=4, warmup_fraction=0.0)
+    model.architecture = replace(model.architecture, dropout=0.0)
+    model.fit(data)
+    losses = [h["train_loss"] for h in model.history]
+    assert losses[-1] < 0.8 * losses[0]
+    idx = pd.MultiIndex.from_arrays([data.dates, data.codes])
+    ndcg = daily_ndcg(pd.Series(model.predict(data), idx), pd.Series(data.relevance, idx), k=5, gain="linear")
+    assert ndcg.mean() > 0.9
+
+
+def test_learns_a_planted_signal_with_early_stopping(make_ranking_data: Factory) -> None:
+    data, _ = make_ranking_data(n_days=50, n_stocks=20, n_features=3, signal=1.0, seed=5)
+    train, valid = data.take(np.arange(0, 40 * 20)), data.take(np.arange(42 * 20, 50 * 20))
+    model = ranker(max_epochs=6, patience=2).fit(train, valid)
+    assert model.last_fit["best_score"] > 0.3  # f0 carries a rank IC of ~0.45 with the bins
+    assert len(model.history) <= 6 and "valid_rank_ic" in model.history[0]
+
+
+def test_windows_come_from_the_backtest_tensor(make_ranking_data: Factory) -> None:
+    data, _ = make_ranking_data(n_days=30, n_stocks=8, n_features=3, seed=6)
+    idx = pd.MultiIndex.from_arrays([pd.DatetimeIndex(data.dates), data.codes], names=["date", "code"])
+    frame = pd.DataFrame(data.X, index=idx, columns=list(data.feature_names))
+    frame.iloc[::7, 1] = np.nan  # missing values stay out of torch
+    full = RankingData.from_frame(frame, data.relevance, tensor=feature_tensor(frame))
+    model = ranker().fit(full.take(np.arange(0, 20 * 8)))
+    test = full.take(np.arange(20 * 8, 30 * 8))
+    scores = model.predict(test)
+    assert np.isfinite(scores).all()
+    one_day = full.take(np.arange(25 * 8, 26 * 8))  # the same day alone still sees its 6-day history
+    np.testing.assert_allclose(model.predict(one_day), scores[5 * 8 : 6 * 8], rtol=1e-5, atol=1e-6)
+    no_history = one_day.take(np.arange(8))
+    no_history = RankingData(no_history.X, no_history.dates, no_history.codes, no_history.feature_names)
+    assert not np.allclose(model.predict(no_history), scores[5 * 8 : 6 * 8])
+
+
+def test_ragged_days_are_padded_and_masked(make_ranking_data: Factory) -> None:
+    data, _ = make_ranking_data(n_days=12, n_stocks=9, n_features=3, seed=7)
+    keep = np.ones(data.n_samples, dtype=bool)
+    keep[[3, 4, 20, 50, 51, 52]] = False  # some days lose stocks
+    ragged = data.take(np.flatnonzero(keep))
+    model = ranker(max_epochs=1).fit(ragged)
+    scores = model.predict(ragged)
+    assert scores.shape == (ragged.n_samples,) and np.isfinite(scores).all()
+
+
+def test_save_load_round_trip_gives_identical_predictions(make_ranking_data: Factory, tmp_path: Path) -> None:
+    data, _ = make_ranking_data(n_days=14, n_stocks=8, n_features=3, seed=8)
+    model = ranker(max_epochs=2).fit(data)
+    model.save(tmp_path / "st")
+    again = StockTransformerRanker.load(tmp_path / "st")
+    np.testing.assert_array_equal(again.predict(data), model.predict(data))
+    assert again.params == model.params and again.feature_importance() == {}
+    with pytest.raises(DataContractError, match="expected model.pt"):
+        StockTransformerRanker.load(tmp_path / "nothing")
+
+
+def test_user_mistakes_get_clear_errors(make_ranking_data: Factory) -> None:
+    data, _ = make_ranking_data(n_days=8, n_stocks=6, n_features=3)
+    with pytest.raises(DataContractError, match="need relevance"):
+        ranker().fit(data.with_relevance(None))
+    with pytest.raises(DataContractError, match="call fit"):
+        ranker().predict(data)
+
+
+# ---------------------------------------------------------------------------- GPU (skipped without CUDA)
+
+
+@pytest.mark.gpu
+@cuda
+def test_gpu_bf16_forward_agrees_with_cpu_fp32() -> None:
+    cfg = replace(TINY, n_features=8, window=30, d_model=64, n_heads=4, cross_heads=4, scales=(5, 10, 30))
+    net = network(cfg)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 300, 30, 8, generator=g)
+    mask = torch.ones(4, 300, dtype=torch.bool)
+    mask[1, 250:] = False
+    with torch.no_grad():
+        cpu, _ = net(x, mask)
+        net.cuda()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            gpu, _ = net(x.cuda(), mask.cuda())
+    gpu = gpu.float().cpu()
+    assert (gpu[~mask] == 0).all()
+    for d in range(4):
+        m = mask[d]
+        r = np.corrcoef(cpu[d, m].numpy(), gpu[d, m].numpy())[0, 1]
+        assert r > 0.99
+
+
+@pytest.mark.gpu
+@cuda
+def test_gpu_attention_batches_above_the_kernel_limit_are_chunked() -> None:
+    cfg = replace(TINY, n_features=4, window=30, d_model=32, n_heads=2, cross_heads=2, scales=(5, 30))
+    net = network(cfg).cuda().train()
+    x = torch.randn(230, 300, 30, 4, device="cuda")  # 69,000 sequences > 65,535
+    mask = torch.ones(230, 300, dtype=torch.bool, device="cuda")
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        scores, aux = net(x, mask)
+    (scores.float().square().mean() + aux).backward()
+    assert torch.isfinite(scores).all()
+    assert all(torch.isfinite(p.grad).all() for p in net.parameters() if p.grad is not None)
+
+
+@pytest.mark.gpu
+@cuda
+def test_gpu_ranker_fits_with_auto_device_and_compile(make_ranking_data: Factory, tmp_path: Path) -> None:
+    data, _ = make_ranking_data(n_days=60, n_stocks=50, n_features=3, signal=1.0, seed=9)
+    train, valid = data.take(np.arange(0, 45 * 50)), data.take(np.arange(48 * 50, 60 * 50))
+    for compile_mode in (None, "default"):
+        model = StockTransformerRanker(
+            replace(TINY, n_features=0), replace(FAST, device="auto", max_epochs=4, days_per_step=8, compile=compile_mode)
+        )
+        model.fit(train, valid)
+        assert model.last_fit["device"].startswith("cuda") and model.last_fit["precision"] == "bf16"
+        assert model.last_fit["best_score"] > 0.3
+    model.save(tmp_path / "gpu")
+    np.testing.assert_allclose(StockTransformerRanker.load(tmp_path / "gpu").predict(valid), model.predict(valid),
+                               rtol=1e-2, atol=1e-2)
