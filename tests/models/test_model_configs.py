@@ -1,0 +1,32 @@
+"""conf/model/*.yaml compose and instantiate into rankers whose params match the YAML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+
+from models.base import Ranker
+from models.lambdarank import LambdaRankRanker
+from models.transformer_ranker import StockTransformerRanker
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+@pytest.mark.parametrize(
+    "name, cls", [("lambdarank", LambdaRankRanker), ("stock_transformer", StockTransformerRanker)]
+)
+def test_model_group_instantiates(name: str, cls: type) -> None:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=[f"+model={name}", "+label=default", "seed=7"])
+    ranker = instantiate(cfg.model, _convert_="all")
+    assert isinstance(ranker, cls) and isinstance(ranker, Ranker)
+    assert ranker.params["seed"] == 7
+    if name == "lambdarank":
+        assert ranker.params["n_bins"] == cfg.label.n_bins
+        assert ranker.config.lgb_params()["lambdarank_truncation_level"] == 8
+    else:
+        assert ranker.architecture.scales == (5, 10, 30)
+        assert ranker.architecture.ff_dim == 256
