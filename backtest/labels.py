@@ -58,7 +58,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
 
 import numpy as np
 import pandas as pd
@@ -170,7 +169,7 @@ class Labels:
     label_end: pd.Series
     target: pd.Series
     spec: LabelSpec
-    excluded: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    excluded: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         index = self.fwd_return.index
@@ -287,7 +286,7 @@ def make_labels(
         "not_trading_at_exit": windowed & entry_ok & ~exit_ok,
     }
     keep = windowed & entry_ok & exit_ok
-    excluded = MappingProxyType({reason: int(mask.sum()) for reason, mask in excluded_masks.items()})
+    excluded = {reason: int(mask.sum()) for reason, mask in excluded_masks.items()}
     _check_exclusion(excluded_masks, windowed, max_excluded_fraction, grid)
 
     entry_price = _lead(price, spec.entry_offset, fill=np.nan)

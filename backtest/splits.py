@@ -12,8 +12,10 @@ first date ``v0`` plays the role of a decision date, so training labels must sat
 ``label_end <= valid_cutoff`` = the trading day ``embargo`` days before ``v0``, and validation labels
 must satisfy ``label_end <= cutoff(d)``.
 
-Splits work on trading dates, never on panel rows: all samples of a date are in or out together. When a
-date holds samples with different ``label_end`` values, the latest one decides (a conservative purge).
+Splits work on trading dates, never on panel rows. The rolling schedule takes or leaves all samples of a
+date together; when a date holds samples with different ``label_end`` values, the latest one decides (a
+conservative purge). CPCV groups by date and purges each sample by its own ``label_end`` (labels from
+``make_labels`` share one ``label_end`` per date, so both agree there).
 
 ``label_end`` inputs are Series indexed by sample date, or by (date, code), sorted by date; their values
 are trading days (datetime64). ``dates`` inputs are the trading calendar: sorted, unique.
@@ -330,9 +332,10 @@ class RollingSchedule:
                 "rolling schedule: purge DISABLED (leak demonstration); training uses every sample dated "
                 "before the decision date, including labels that end after it"
             )
-        folds = [self._fold(i, block, calendar, ends, pos) for i, block in enumerate(blocks)]
+        cal = calendar.values.astype(_NS)
+        horizon = int((cal.searchsorted(ends.end) - pos).max())  # trading days from sample to label_end
+        folds = [self._fold(i, block, calendar, cal, ends, pos, horizon) for i, block in enumerate(blocks)]
         n_leaky = sum(f.record.leaky for f in folds)
-        horizon = int((calendar.values.astype(_NS).searchsorted(ends.end) - pos).max())
         log.info(
             "rolling schedule: %d folds, decisions %s, %s window %d + valid %d, embargo %d, label_end up "
             "to %d trading days after the sample date, purge %s%s",
@@ -357,20 +360,32 @@ class RollingSchedule:
         return test
 
     def _fold(
-        self, number: int, block: np.ndarray, calendar: pd.DatetimeIndex, ends: "_LabelEnds", pos: np.ndarray
+        self,
+        number: int,
+        block: np.ndarray,
+        calendar: pd.DatetimeIndex,
+        cal: np.ndarray,
+        ends: "_LabelEnds",
+        pos: np.ndarray,
+        horizon: int,
     ) -> Fold:
-        cal = calendar.values.astype(_NS)
         p, e = int(block[0]), self.embargo
         decision = calendar[p]
 
         def insufficient(what: str) -> InsufficientHistoryError:
+            gap = horizon + e - 1
+            if self.valid_days:
+                needed = self.train_window + self.valid_days + 2 * gap
+                parts = f"train_window {self.train_window} + valid_days {self.valid_days} + 2 purge gaps of {gap}"
+            else:
+                needed = self.train_window + gap
+                parts = f"train_window {self.train_window} + a purge gap of {gap}"
             return InsufficientHistoryError(
-                f"Fold {number} (decision {_day(decision)}) {what}. A fold needs train_window="
-                f"{self.train_window} + valid_days={self.valid_days} trading days of labelled history "
-                f"plus the purge gaps (label horizon + embargo={e} - 1, once before the validation tail "
-                f"and once before the decision); labelled history starts {_day(ends.dates[0])}, "
-                f"{p - int(pos[0])} trading days before the decision. Fix: move backtest.test_start later, "
-                f"load more history, or shorten backtest.train_window / valid_days / embargo."
+                f"Fold {number} (decision {_day(decision)}) {what}. With labels reaching {horizon} trading "
+                f"days ahead and embargo {e}, a fold needs about {needed} trading days of labelled history "
+                f"before its decision ({parts} = horizon + embargo - 1); it has {p - int(pos[0])} (labels "
+                f"start {_day(ends.dates[0])}). Fix: move backtest.test_start later, load more history, or "
+                f"shorten backtest.train_window / valid_days / embargo."
             )
 
         if p - e < 0:

@@ -409,3 +409,13 @@ def test_label_configs_instantiate_the_spec(name: str, processing: str) -> None:
         cfg = compose(config_name=f"label/{name}")
     spec = instantiate(cfg.label, _convert_="all")
     assert spec == LabelSpec(processing=processing)
+
+
+def test_labels_survive_pickling_for_worker_processes() -> None:
+    import pickle
+
+    labels = make_labels(make_panel({"A": [10, 11, 12, 13, 14, 15, 16, 17], "B": [9, 8, 7, 6, 5, 4, 3, 2]}))
+    copy = pickle.loads(pickle.dumps(labels))
+    assert copy.spec == labels.spec and dict(copy.excluded) == dict(labels.excluded)
+    pd.testing.assert_series_equal(copy.target, labels.target)
+    pd.testing.assert_series_equal(copy.label_end, labels.label_end)
