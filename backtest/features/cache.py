@@ -1,0 +1,183 @@
+"""Content-addressed feature cache: a built FeatureMatrix stored on disk under its fingerprint.
+
+The key is the matrix fingerprint, a hash of (data fingerprint, feature set, registry, row mode,
+``FEATURE_CODE_VERSION``): any change to the data, the set or the feature code gives a new key, so a
+stale entry is never read. Layout, one folder per entry::
+
+    <directory>/<key>/values.npy    float32 (n_rows, n_features)
+    <directory>/<key>/index.npz     dates (datetime64) and codes of the rows
+    <directory>/<key>/meta.json     names, fingerprint, spec, created (UTC), shape
+
+An entry is written to a temporary folder in ``<directory>`` and renamed into place in one step, so a
+run killed while writing leaves at most a ``.tmp-*`` folder that is never read (``clear`` removes it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from backtest.data.fingerprint import panel_fingerprint
+from backtest.features.build import FeatureMatrix, Rows, build_features, check_panel, feature_fingerprint
+from backtest.features.registry import FeatureRegistry, default_registry
+from backtest.features.sets import FeatureSetSpec
+
+log = logging.getLogger("backtest.features")
+
+_TMP_PREFIX = ".tmp-"
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One stored feature matrix: its key, size on disk in bytes, creation time (UTC) and shape."""
+
+    key: str
+    size_bytes: int
+    created: datetime
+    n_rows: int
+    n_features: int
+    feature_set: str
+
+
+class FeatureCache:
+    """The feature matrices stored under ``directory`` (created on first write).
+
+    Parameters
+    ----------
+    directory : where entries live; the CLI passes ``<project>/.cache/features``.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+
+    def path(self, key: str) -> Path:
+        return self.directory / key
+
+    def load(self, key: str) -> FeatureMatrix | None:
+        """The matrix stored under ``key``, or None when there is no complete entry."""
+        folder = self.path(key)
+        if not (folder / "meta.json").is_file():
+            return None
+        try:
+            meta = json.loads((folder / "meta.json").read_text())
+            values = np.load(folder / "values.npy", allow_pickle=False)
+            with np.load(folder / "index.npz", allow_pickle=False) as idx:
+                dates = pd.DatetimeIndex(idx["dates"], name="date")
+                codes = idx["codes"].astype(str)
+        except (OSError, ValueError, KeyError) as exc:
+            log.warning("feature cache: entry %s is unreadable (%s); it will be rebuilt", key, exc)
+            return None
+        index = pd.MultiIndex.from_arrays([dates, pd.Index(codes, name="code")], names=["date", "code"])
+        return FeatureMatrix(values, list(meta["names"]), index, meta["fingerprint"])
+
+    def store(self, matrix: FeatureMatrix, spec: FeatureSetSpec | None = None) -> Path:
+        """Write ``matrix`` under its fingerprint (atomically); an existing entry is kept as is."""
+        final = self.path(matrix.fingerprint)
+        if (final / "meta.json").is_file():
+            return final
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / f"{_TMP_PREFIX}{matrix.fingerprint}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        try:
+            np.save(tmp / "values.npy", np.ascontiguousarray(matrix.values), allow_pickle=False)
+            dates = np.asarray(matrix.index.get_level_values(0).to_numpy(), dtype="datetime64")
+            codes = np.asarray(matrix.index.get_level_values(1).astype(str), dtype=str)
+            np.savez(tmp / "index.npz", dates=dates, codes=codes)
+            meta = {
+                "fingerprint": matrix.fingerprint,
+                "names": matrix.names,
+                "shape": list(matrix.shape),
+                "feature_set": spec.name if spec else None,
+                "spec": spec.as_dict() if spec else None,
+                "created": datetime.now(timezone.utc).isoformat(),
+            }
+            (tmp / "meta.json").write_text(json.dumps(meta))
+            try:
+                os.rename(tmp, final)
+            except OSError:  # another process stored the same key first: theirs is identical
+                if not (final / "meta.json").is_file():
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return final
+
+    def entries(self) -> list[CacheEntry]:
+        """The complete entries, oldest first (temporary folders of interrupted writes are skipped)."""
+        if not self.directory.is_dir():
+            return []
+        out = []
+        for folder in self.directory.iterdir():
+            if folder.name.startswith(_TMP_PREFIX) or not (folder / "meta.json").is_file():
+                continue
+            try:
+                meta = json.loads((folder / "meta.json").read_text())
+            except (OSError, ValueError):
+                continue
+            size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+            rows, cols = meta.get("shape", [0, 0])
+            out.append(
+                CacheEntry(folder.name, size, datetime.fromisoformat(meta["created"]), rows, cols,
+                           meta.get("feature_set") or "?")
+            )
+        return sorted(out, key=lambda e: e.created)
+
+    def clear(self, keys: list[str] | None = None) -> int:
+        """Remove the given entries (default: all, plus leftovers of interrupted writes); returns how
+        many entries were removed."""
+        if not self.directory.is_dir():
+            return 0
+        removed = 0
+        for folder in list(self.directory.iterdir()):
+            if not folder.is_dir():
+                continue
+            leftover = folder.name.startswith(_TMP_PREFIX)
+            if keys is None or folder.name in keys:
+                shutil.rmtree(folder, ignore_errors=True)
+                removed += not leftover
+        return removed
+
+
+def load_or_build_features(
+    panel: pd.DataFrame,
+    spec: FeatureSetSpec | None,
+    cache: FeatureCache | str | os.PathLike[str],
+    *,
+    data_fingerprint: str | None = None,
+    registry: FeatureRegistry | None = None,
+    rows: Rows = "eligible",
+) -> tuple[FeatureMatrix, bool]:
+    """The feature matrix of ``panel`` from the cache when stored, else built and stored.
+
+    Parameters are those of ``build_features``, plus ``cache`` (a FeatureCache or its directory).
+
+    Returns
+    -------
+    (matrix, hit) : hit is True when the matrix was read from the cache.
+    """
+    spec = spec or FeatureSetSpec()
+    registry = registry or default_registry()
+    cache = cache if isinstance(cache, FeatureCache) else FeatureCache(cache)
+    check_panel(panel)
+    data_fingerprint = data_fingerprint or panel_fingerprint(panel)
+    key = feature_fingerprint(data_fingerprint, spec, registry, rows)
+    started = time.perf_counter()
+    cached = cache.load(key)
+    if cached is not None:
+        log.info("features %r: loaded from cache %s in %.2f s", spec.name, key, time.perf_counter() - started)
+        return cached, True
+    matrix = build_features(panel, spec, data_fingerprint=data_fingerprint, registry=registry, rows=rows)
+    cache.store(matrix, spec)
+    log.info("features %r: stored in cache as %s", spec.name, key)
+    return matrix, False

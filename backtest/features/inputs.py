@@ -1,0 +1,218 @@
+"""The wide (date x code) inputs of the indicators, derived once per build from the panel.
+
+Suspended days and gaps
+-----------------------
+A suspended day (``is_suspended`` True, or ``volume == 0`` when the panel has no ``is_suspended``) is
+treated as a day without trading:
+
+- Prices: the bar is flat at the last traded close (open = high = low = close = that close), whatever the
+  row carries. Return windows therefore stay aligned with trading days: a suspended day has a zero
+  return, and the move over the suspension is realised on the day trading resumes. The same holds for
+  a stock's missing rows between its first and last row (gaps): prices are carried forward.
+- Activity (volume, amount, turnover, money flow): a suspended day is a missing observation (NaN), not a
+  zero. Activity features are NaN on the suspended day itself, and activity averages run over the
+  traded days of their window (see each indicator's ``min_periods``).
+
+Prices are backward adjusted with ``adjusted_price`` (raw * ``adj_factor``), which never rewrites the
+past. Industry names become stable integer ids (a hash of the name), so that an id never depends on which
+other industries appear in the panel (a factorised id would change when the panel is cut or extended).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from backtest.data.panel import WideGrid, adjusted_price
+from backtest.features.rolling import forward_fill, lag
+
+_ACTIVITY_COLUMNS = frozenset(
+    {
+        "volume",
+        "amount",
+        "buy_sm_amount",
+        "sell_sm_amount",
+        "buy_md_amount",
+        "sell_md_amount",
+        "buy_lg_amount",
+        "sell_lg_amount",
+        "buy_elg_amount",
+        "sell_elg_amount",
+        "net_mf_amount",
+    }
+)
+_PRICE_FIELDS = ("open", "high", "low", "close")
+_LEVEL_COLUMNS = frozenset({"total_mv", "float_mv", "up_limit", "down_limit"})
+
+
+def industry_id(name: str) -> int:
+    """Stable integer id of an industry name: the low 24 bits of its CRC-32 (exact in float32)."""
+    return zlib.crc32(name.encode("utf-8")) & 0xFFFFFF
+
+
+class MarketData:
+    """Wide float64 inputs of one panel for the indicators, computed on first use and kept for one build.
+
+    Parameters
+    ----------
+    panel : DataFrame indexed by (date, code), the canonical panel (``backtest.data.schema``).
+    grid : the panel's ``WideGrid``.
+
+    Every matrix is shaped ``grid.shape`` = (n_dates, n_codes); cells without a panel row are NaN (False
+    for masks). The object holds memoised intermediates (returns, moving averages shared by several
+    indicators): create one per build and drop it afterwards.
+    """
+
+    def __init__(self, panel: pd.DataFrame, grid: WideGrid) -> None:
+        self._panel = panel
+        self.grid = grid
+        self.columns = frozenset(panel.columns)
+        self._memo: dict[str, np.ndarray] = {}
+
+    # -- masks -----------------------------------------------------------------------------------------
+    @property
+    def present(self) -> np.ndarray:
+        """bool (date x code): the panel has a row."""
+        return self.derived("present", self.grid.present)
+
+    @property
+    def suspended(self) -> np.ndarray:
+        """bool (date x code): a row without trading (``is_suspended``; else ``volume == 0``)."""
+
+        def make() -> np.ndarray:
+            if "is_suspended" in self.columns:
+                flag = self._panel["is_suspended"].fillna(False).to_numpy(dtype=bool)
+            elif "volume" in self.columns:
+                flag = (self._panel["volume"] == 0).to_numpy(dtype=bool)
+            else:
+                flag = np.zeros(len(self._panel), dtype=bool)
+            return self.grid.to_wide(flag, dtype=bool, fill=False)
+
+        return self.derived("suspended", make)
+
+    @property
+    def traded(self) -> np.ndarray:
+        """bool (date x code): a row with trading (present and not suspended)."""
+        return self.derived("traded", lambda: self.present & ~self.suspended)
+
+    @property
+    def eligible(self) -> np.ndarray:
+        """bool (date x code): in the day's universe (``in_universe`` when present, else every row)."""
+
+        def make() -> np.ndarray:
+            if "in_universe" not in self.columns:
+                return self.present
+            flag = self._panel["in_universe"].fillna(False).to_numpy(dtype=bool)
+            return self.grid.to_wide(flag, dtype=bool, fill=False)
+
+        return self.derived("eligible", make)
+
+    # -- prices ----------------------------------------------------------------------------------------
+    @property
+    def close(self) -> np.ndarray:
+        """Adjusted close, carried forward over suspended days and gaps (NaN before the first trade)."""
+
+        def make() -> np.ndarray:
+            wide = self.grid.to_wide(adjusted_price(self._panel, "close").to_numpy(), dtype=np.float64)
+            wide[~self.traded] = np.nan
+            return forward_fill(wide)
+
+        return self.derived("close", make)
+
+    @property
+    def open(self) -> np.ndarray:
+        """Adjusted open; a flat bar at the carried close on days without trading."""
+        return self._bar_price("open")
+
+    @property
+    def high(self) -> np.ndarray:
+        """Adjusted high; a flat bar at the carried close on days without trading."""
+        return self._bar_price("high")
+
+    @property
+    def low(self) -> np.ndarray:
+        """Adjusted low; a flat bar at the carried close on days without trading."""
+        return self._bar_price("low")
+
+    def _bar_price(self, field: str) -> np.ndarray:
+        def make() -> np.ndarray:
+            wide = self.grid.to_wide(adjusted_price(self._panel, field).to_numpy(), dtype=np.float64)
+            close = self.close
+            return np.where(self.traded & ~np.isnan(wide), wide, close)
+
+        return self.derived(field, make)
+
+    @property
+    def raw_close(self) -> np.ndarray:
+        """Unadjusted close on traded days (NaN otherwise), for comparisons with raw VWAP or limits."""
+
+        def make() -> np.ndarray:
+            wide = self.grid.to_wide(self._panel["close"].to_numpy(dtype=np.float64), dtype=np.float64)
+            wide[~self.traded] = np.nan
+            return wide
+
+        return self.derived("raw_close", make)
+
+    @property
+    def ret(self) -> np.ndarray:
+        """Daily simple return of the adjusted close, ``close[t] / close[t-1] - 1`` (0 on suspended days)."""
+        return self.derived("ret", lambda: self.close / lag(self.close, 1) - 1.0)
+
+    # -- activity and levels ---------------------------------------------------------------------------
+    def activity(self, column: str) -> np.ndarray:
+        """A trading-activity column (volume, amount, money flow) with suspended days as NaN."""
+        if column not in _ACTIVITY_COLUMNS:
+            raise KeyError(f"{column!r} is not an activity column; known: {sorted(_ACTIVITY_COLUMNS)}")
+
+        def make() -> np.ndarray:
+            wide = self.grid.to_wide(self._panel[column].to_numpy(dtype=np.float64), dtype=np.float64)
+            wide[~self.traded] = np.nan
+            return wide
+
+        return self.derived(f"activity:{column}", make)
+
+    def level(self, column: str) -> np.ndarray:
+        """A level column (``total_mv``, ``float_mv``, limits) as reported on each row."""
+        if column not in _LEVEL_COLUMNS:
+            raise KeyError(f"{column!r} is not a level column; known: {sorted(_LEVEL_COLUMNS)}")
+
+        def make() -> np.ndarray:
+            return self.grid.to_wide(self._panel[column].to_numpy(dtype=np.float64), dtype=np.float64)
+
+        return self.derived(f"level:{column}", make)
+
+    @property
+    def industry(self) -> np.ndarray:
+        """int64 (date x code): stable industry id of each row (``industry_id``), -1 where unknown."""
+
+        def make() -> np.ndarray:
+            col = self._panel["industry"]
+            if isinstance(col.dtype, pd.CategoricalDtype):
+                codes, names = col.cat.codes.to_numpy(), col.cat.categories
+            else:
+                codes, names = pd.factorize(col, use_na_sentinel=True)
+            table = np.array([industry_id(str(n)) for n in names] + [-1], dtype=np.int64)
+            ids = table[np.where(codes < 0, len(names), codes)]
+            return self.grid.to_wide(ids, dtype=np.int64, fill=-1)
+
+        return self.derived("industry", make)
+
+    # -- memo ------------------------------------------------------------------------------------------
+    def derived(self, key: str, make: Callable[[], np.ndarray]) -> np.ndarray:
+        """Compute ``make()`` once per build under ``key`` (an intermediate shared by indicators).
+
+        The returned array is shared: callers must not modify it in place.
+        """
+        if key not in self._memo:
+            value = make()
+            value.flags.writeable = False
+            self._memo[key] = value
+        return self._memo[key]
+
+
+def activity_min_periods(window: int) -> int:
+    """Traded days an activity average needs among the last ``window`` rows: at least half of them."""
+    return (window + 1) // 2
