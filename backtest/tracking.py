@@ -50,6 +50,7 @@ Example
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import math
@@ -287,11 +288,12 @@ def prepare_store(
     last_error: Exception | None = None
     for attempt in range(3):
         try:
-            client = mlflow.MlflowClient(tracking_uri=uri)
-            return _get_or_create_experiment(client, uri, experiment_name, artifact_location)
+            with _sqlite_creation_lock(uri):
+                client = mlflow.MlflowClient(tracking_uri=uri)
+                return _get_or_create_experiment(client, uri, experiment_name, artifact_location)
         except TrackingError:
             raise
-        except Exception as exc:  # schema creation races surface as sqlalchemy or mlflow errors
+        except Exception as exc:  # schema creation races surface as sqlalchemy, alembic or mlflow errors
             if not _is_creation_race(exc):
                 raise TrackingError(
                     f"Cannot open the MLflow store {redact_uri(uri)!r}: {type(exc).__name__}: {exc}. "
@@ -338,7 +340,35 @@ def _get_or_create_experiment(
 
 def _is_creation_race(exc: Exception) -> bool:
     text = str(exc).lower()
-    return any(s in text for s in ("already exists", "duplicate column", "database is locked"))
+    markers = ("already exists", "duplicate column", "database is locked", "online migration expected")
+    return any(marker in text for marker in markers)
+
+
+@contextlib.contextmanager
+def _sqlite_creation_lock(uri: str) -> Iterator[None]:
+    """Serialize schema and experiment creation of one SQLite file across the processes of a machine.
+
+    MLflow migrates a new SQLite file on first open; two processes doing it at once corrupt the
+    migration ("Online migration expected to match one row"). The lock file lives in the temp dir
+    (keyed by the database path) so that the project checkout stays clean for ``git_dirty``.
+    """
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: rely on prepare_store being called before parallel jobs
+        yield
+        return
+    db_path = str(Path(uri[len("sqlite:///") :]).resolve())
+    digest = hashlib.sha1(db_path.encode()).hexdigest()[:16]
+    lock_path = Path(tempfile.gettempdir()) / f"rankbacktest-mlflow-{digest}.lock"
+    with lock_path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _check_server(uri: str, timeout_s: float = 5.0) -> None:
@@ -509,8 +539,9 @@ class Provenance:
 def git_state(project_dir: Path | str) -> tuple[str, str]:
     """Return ``(commit, dirty)`` of the git checkout at ``project_dir``.
 
-    ``dirty`` is ``"true"`` when tracked files are modified or untracked, non-ignored files exist;
-    both are ``"unknown"`` outside a git repository or without a git executable.
+    ``dirty`` is ``"true"`` when tracked files are modified or untracked, non-ignored files exist
+    (SQLite journal files ``*.db-journal``, ``-wal``, ``-shm`` excepted); both are ``"unknown"``
+    outside a git repository or without a git executable.
     """
 
     def git(*args: str) -> str:
@@ -521,11 +552,16 @@ def git_state(project_dir: Path | str) -> tuple[str, str]:
 
     try:
         commit = git("rev-parse", "HEAD").strip()
-        dirty = "true" if git("status", "--porcelain", "--untracked-files=normal").strip() else "false"
+        # SQLite journals of a store inside the checkout come and go while other jobs write: not code.
+        status = git("status", "--porcelain", "--untracked-files=normal", "--", ":/", *_NOT_CODE)
+        dirty = "true" if status.strip() else "false"
     except (OSError, subprocess.SubprocessError) as exc:
         logger.info("no git provenance for %s: %s", project_dir, exc)
         return "unknown", "unknown"
     return commit, dirty
+
+
+_NOT_CODE = tuple(f":(top,exclude,glob)**/*{suffix}" for suffix in (".db-journal", ".db-wal", ".db-shm", ".db.lock"))
 
 
 def package_versions(packages: Sequence[str] = TRACKED_PACKAGES) -> dict[str, str]:

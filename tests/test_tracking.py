@@ -92,7 +92,8 @@ def test_artifact_location_next_to_the_sqlite_file_per_experiment(tmp_path: Path
     uri = resolve_tracking_uri("sqlite:///db/m.db", tmp_path)
     assert default_artifact_location(uri, "my exp", tmp_path) == (tmp_path.resolve() / "db/mlartifacts/my_exp").as_uri()
     assert default_artifact_location("http://127.0.0.1:5000", "e", tmp_path) is None
-    assert default_artifact_location("postgresql://u@h/db", "e", tmp_path) == (tmp_path.resolve() / "mlartifacts/e").as_uri()
+    expected = (tmp_path.resolve() / "mlartifacts/e").as_uri()
+    assert default_artifact_location("postgresql://u@h/db", "e", tmp_path) == expected
 
 
 def test_tracker_on_the_default_store_puts_db_and_artifacts_in_the_project(tmp_path: Path) -> None:
@@ -104,6 +105,19 @@ def test_tracker_on_the_default_store_puts_db_and_artifacts_in_the_project(tmp_p
     assert (tmp_path / "mlartifacts/default-store" / run.run_id / "artifacts/leakage/records.json").is_file()
     experiment = tracker.client.get_experiment(tracker.experiment_id)
     assert experiment.artifact_location == (tmp_path.resolve() / "mlartifacts/default-store").as_uri()
+
+
+@pytest.mark.slow
+def test_parallel_first_use_of_a_new_sqlite_file_does_not_race(tmp_path: Path) -> None:
+    # Without serialization, concurrent MLflow schema migrations of a new file fail
+    # ("Online migration expected to match one row").
+    uri = f"sqlite:///{tmp_path / 'fresh.db'}"
+    code = "import sys; from backtest.tracking import prepare_store; print(prepare_store(sys.argv[1], 'race'))"
+    jobs = [subprocess.Popen([sys.executable, "-c", code, uri], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for _ in range(3)]
+    outputs = [job.communicate(timeout=120) for job in jobs]
+    assert [job.returncode for job in jobs] == [0, 0, 0], [err[-500:] for _, err in outputs]
+    assert len({out.strip() for out, _ in outputs}) == 1  # one experiment
 
 
 def test_prepare_store_is_idempotent_and_refuses_a_deleted_experiment(store_uri: str, client) -> None:
@@ -206,14 +220,17 @@ def test_keys_with_characters_mlflow_refuses_are_sanitized() -> None:
 def test_comparable_only_when_both_guards_passed_and_not_a_leak_demo(
     tmp_path: Path, leak_guard: str, feature_audit: str, leak_demo: bool, comparable: str
 ) -> None:
-    tags = provenance_tags(Provenance("d", "f", leak_guard, feature_audit, leak_demo), tmp_path)  # type: ignore[arg-type]
+    provenance = Provenance("d", "f", leak_guard, feature_audit, leak_demo)  # type: ignore[arg-type]
+    tags = provenance_tags(provenance, tmp_path)
     assert tags["comparable"] == comparable
     assert tags["leak_guard"] == leak_guard
     assert tags["feature_audit"] == feature_audit
     assert tags["leak_demo"] == ("true" if leak_demo else "false")
 
 
-@pytest.mark.parametrize(("leak_guard", "feature_audit"), [("ok", "passed"), ("passed", "disabled"), ("PASSED", "passed")])
+@pytest.mark.parametrize(
+    ("leak_guard", "feature_audit"), [("ok", "passed"), ("passed", "disabled"), ("PASSED", "passed")]
+)
 def test_guard_markers_outside_the_contract_are_refused(leak_guard: str, feature_audit: str) -> None:
     with pytest.raises(ConfigError, match="expected 'passed'"):
         Provenance("d", "f", leak_guard, feature_audit)  # type: ignore[arg-type]
@@ -233,6 +250,13 @@ def test_git_commit_and_dirty_flag_from_the_project_checkout(tmp_path: Path) -> 
     git("commit", "-q", "-m", "first")
     head = git("rev-parse", "HEAD").strip()
     assert git_state(tmp_path) == (head, "false")
+    (tmp_path / "mlruns.db-journal").write_text("")  # another job writing to a store in the checkout
+    assert git_state(tmp_path) == (head, "false")
+    (tmp_path / "sub").mkdir()
+    assert git_state(tmp_path / "sub") == (head, "false")
+    (tmp_path / "new.py").write_text("")  # untracked code counts
+    assert git_state(tmp_path / "sub") == (head, "true")
+    (tmp_path / "new.py").unlink()
     (tmp_path / "a.txt").write_text("2")
     assert git_state(tmp_path) == (head, "true")
     tags = provenance_tags(PASSED, tmp_path)
