@@ -156,6 +156,10 @@ class TrackingConfig:
         None derives it from ``uri`` (see :func:`default_artifact_location`).
     run_name : name shown in the MLflow UI; None lets the CLI name the run after the model.
     study : name of the sweep / ablation this run belongs to (tag ``study``); None for one-off runs.
+    parent_run_id : the sweep's parent run (opened by the launcher before the jobs start); the yaml
+        reads it from ``RANKBACKTEST_PARENT_RUN_ID`` so that every job of a multirun gets it.
+    n_trials : number of configurations in the study (tag ``n_trials``, the DSR's trial count); the
+        yaml reads ``RANKBACKTEST_N_TRIALS``.
     tearsheet, plots, drift_report : which reports the run writes and logs.
     """
 
@@ -164,6 +168,8 @@ class TrackingConfig:
     artifact_location: str | None = None
     run_name: str | None = None
     study: str | None = None
+    parent_run_id: str | None = None
+    n_trials: int | None = None
     tearsheet: bool = True
     plots: bool = True
     drift_report: bool = True
