@@ -730,6 +730,12 @@ class Tracker:
             raise
         run.end("FINISHED")
 
+    def study_runs(
+        self, study: str, *, kind: RunKind | None = "backtest", statuses: Sequence[str] | None = None
+    ) -> pd.DataFrame:
+        """:func:`study_runs` of this tracker's store and experiment."""
+        return study_runs(self.uri, self.experiment, study, kind=kind, statuses=statuses)
+
     def _check_parent(self, parent_run_id: str) -> None:
         try:
             parent = self.client.get_run(parent_run_id)

@@ -427,6 +427,7 @@ def test_study_runs_returns_the_study_trials_with_params_metrics_tags(tracker: T
     finished = study_runs(store_uri, tracker.experiment, "ablation", statuses=["FINISHED"])
     assert len(finished) == 2
     assert len(study_runs(store_uri, tracker.experiment, "ablation", kind=None)) == 4
+    assert tracker.study_runs("ablation", kind="sweep")["run_name"].tolist() == ["sweep"]
     assert study_runs(store_uri, tracker.experiment, "nobody").empty
     with pytest.raises(TrackingError, match="experiment 'missing' not found"):
         study_runs(store_uri, "missing", "ablation")
