@@ -64,7 +64,8 @@ class FeatureCache:
         return self.directory / key
 
     def load(self, key: str) -> FeatureMatrix | None:
-        """The matrix stored under ``key``, or None when there is no complete entry."""
+        """The matrix stored under ``key``, or None when there is no complete entry (an unreadable entry
+        is removed)."""
         folder = self.path(key)
         if not (folder / "meta.json").is_file():
             return None
@@ -74,8 +75,9 @@ class FeatureCache:
             with np.load(folder / "index.npz", allow_pickle=False) as idx:
                 dates = pd.DatetimeIndex(idx["dates"], name="date")
                 codes = idx["codes"].astype(str)
-        except (OSError, ValueError, KeyError) as exc:
-            log.warning("feature cache: entry %s is unreadable (%s); it will be rebuilt", key, exc)
+        except (OSError, ValueError, KeyError, EOFError) as exc:
+            log.warning("feature cache: entry %s is unreadable (%s); removed, it will be rebuilt", key, exc)
+            shutil.rmtree(folder, ignore_errors=True)
             return None
         index = pd.MultiIndex.from_arrays([dates, pd.Index(codes, name="code")], names=["date", "code"])
         return FeatureMatrix(values, list(meta["names"]), index, meta["fingerprint"])

@@ -4,8 +4,9 @@ An :class:`Indicator` is a named, documented function of the wide inputs of one 
 (:class:`~backtest.features.inputs.MarketData`) that returns a (date x code) matrix. It declares
 
 - ``inputs``: the panel columns it reads (it is dropped when one is missing from the panel);
-- ``lookback``: how many earlier trading days its value at ``t`` needs (rows ``t - lookback .. t``);
-  before that many days of history it is NaN. Recursive averages (EMA, Wilder) have a longer, decaying
+- ``lookback``: how many earlier trading days its value at ``t`` reads (rows ``t - lookback .. t``);
+  a stock has no value before that much history (activity averages, which need only half of their
+  window of traded days, may start earlier). Recursive averages (EMA, Wilder) have a longer, decaying
   memory; their lookback is the warm-up before the first value;
 - ``group``: the family it belongs to (momentum, oscillator, volatility, activity, moneyflow, industry,
   size), for documentation and reports;
@@ -53,7 +54,7 @@ class Indicator:
     compute : ``compute(market) -> ndarray`` of shape (n_dates, n_codes); value at row ``t`` may use
         rows ``<= t`` only. Non-finite results are turned into NaN by the builder.
     inputs : panel columns read.
-    lookback : trading days of history needed before the first value.
+    lookback : earlier trading days the value at ``t`` reads (for recursive averages: the warm-up).
     group : one of ``GROUPS``.
     description : one line: what it measures, with its formula.
     aggregate : feature sets add its ``_ma{w}`` time aggregates by default.

@@ -29,7 +29,7 @@ def _vol(n: int) -> Compute:
 def true_range(m: MarketData) -> np.ndarray:
     """max(high, previous close) - min(low, previous close); the gap over a suspension counts."""
     prev = lag(m.close, 1)
-    return np.fmax(m.high, prev) - np.fmin(m.low, prev)
+    return np.maximum(m.high, prev) - np.minimum(m.low, prev)
 
 
 def atr_pct(m: MarketData) -> np.ndarray:
