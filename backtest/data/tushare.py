@@ -66,7 +66,7 @@ import pandas as pd
 from backtest.data.loaders import read_calendar, read_table
 from backtest.data.membership import membership_from_snapshots
 from backtest.data.schema import INDEX_NAMES, MONEYFLOW_COLUMNS, PRICE_COLUMNS
-from backtest.data.validate import canonicalize, validate_membership
+from backtest.data.validate import validate_membership, validate_panel
 from backtest.errors import ConfigError, DataContractError, preview
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,9 @@ _TABLES: Mapping[str, _StockDayTable] = MappingProxyType({
         fields=MappingProxyType({"open": ("open", 1.0), "high": ("high", 1.0), "low": ("low", 1.0),
                                  "close": ("close", 1.0), "vol": ("volume", 100.0), "amount": ("amount", 1000.0)}),
     ),
-    "adj_factor": _StockDayTable(required=("adj_factor",), fields=MappingProxyType({"adj_factor": ("adj_factor", 1.0)})),
+    "adj_factor": _StockDayTable(
+        required=("adj_factor",), fields=MappingProxyType({"adj_factor": ("adj_factor", 1.0)}),
+    ),
     "moneyflow": _StockDayTable(
         required=MONEYFLOW_COLUMNS, fields=MappingProxyType({c: (c, 10_000.0) for c in MONEYFLOW_COLUMNS}),
     ),
@@ -188,10 +190,10 @@ def import_tushare(
         if path is None:
             continue
         table = _read_stock_days(path, key)
-        _UNIT_CHECKS[key](table, bars, str(path))
+        if key in _UNIT_CHECKS:
+            _UNIT_CHECKS[key](table, bars, str(path))
         frame = _attach(frame, table, key, str(path))
-    if suspended_rows != "absent":
-        frame = _fill_suspended(frame, carry_close=suspended_rows == "last_close")
+    frame = _fill_gaps(frame, carry_close=suspended_rows == "last_close")
     if "up_limit" in frame.columns:
         _check_limits(frame, str(paths["stk_limit"]))
     if paths["industry"] is not None:
@@ -202,7 +204,7 @@ def import_tushare(
                                            frame.index, str(paths["index_weight"]))
 
     frame = frame[[c for c in _COLUMN_ORDER if c in frame.columns]]
-    panel = canonicalize(frame.reset_index(), source=str(directory), calendar=calendar)
+    panel = validate_panel(_canonical_types(frame), source=str(directory), calendar=calendar)
     log.info(
         "tushare %s: %d rows, %d stocks, %d days (%s .. %s), files %s%s",
         directory, len(panel), panel.index.get_level_values(1).nunique(), panel.index.get_level_values(0).nunique(),
@@ -269,13 +271,14 @@ def _read_stock_days(path: Path, key: str) -> pd.DataFrame:
     table = read_table(path, f"Tushare {key}")
     if len(table) == 0:
         raise _error(source, "the file has no rows", "whole file", f"export the {key} API again for the period")
-    missing_keys = [c for c in _KEYS if c not in table.columns]
-    present = [c for c in spec.required if c in table.columns]
-    if missing_keys or (not present if spec.any_of else len(present) < len(spec.required)):
-        need = [*missing_keys, *(() if spec.any_of and present else
-                                 [c for c in spec.required if c not in table.columns])]
-        what = f"one of {list(spec.required)}" if spec.any_of and not missing_keys else f"{need}"
-        raise _error(source, f"missing column(s) {what} of the Tushare {key} API",
+    missing = [c for c in _KEYS if c not in table.columns]
+    if spec.any_of:
+        if not any(c in table.columns for c in spec.required):
+            missing.append(f"one of {list(spec.required)}")
+    else:
+        missing += [c for c in spec.required if c not in table.columns]
+    if missing:
+        raise _error(source, f"missing column(s) {missing} of the Tushare {key} API",
                      f"columns present: {preview(table.columns, 12)}",
                      f"export {key} with Tushare's field names ({', '.join([*_KEYS, *spec.required])}); "
                      "do not rename or convert the fields")
@@ -295,33 +298,39 @@ def _read_stock_days(path: Path, key: str) -> pd.DataFrame:
 
 
 def _parse_dates(values: pd.Series, field: str, source: str, allow_missing: bool = False) -> np.ndarray:
-    """Tushare ``YYYYMMDD`` (text or number) or ISO dates -> datetime64[ns]; NaT only where allowed."""
+    """Tushare ``YYYYMMDD`` (text or number) or ISO dates -> datetime64[ns]; NaT only where allowed.
+
+    Each distinct value is parsed once (a daily file repeats a few thousand dates over millions of rows).
+    """
     if values.dtype.kind == "M":
-        parsed = pd.to_datetime(values)
+        parsed = pd.DatetimeIndex(values).astype("datetime64[ns]").to_numpy()
+        blank = np.isnat(parsed)
     else:
-        text = values.astype("string").str.strip().str.replace(r"\.0$", "", regex=True)
+        codes, uniques = pd.factorize(values, use_na_sentinel=True)
+        text = pd.Series(uniques).astype("string").str.strip().str.replace(r"\.0$", "", regex=True)
         compact = text.str.fullmatch(r"\d{8}").fillna(False).to_numpy(dtype=bool)
-        parsed = pd.Series(pd.NaT, index=values.index, dtype="datetime64[ns]")
-        parsed[compact] = pd.to_datetime(text[compact], format="%Y%m%d", errors="coerce")
-        rest = ~compact & text.notna().to_numpy() & (text != "").fillna(False).to_numpy(dtype=bool)
-        parsed[rest] = pd.to_datetime(text[rest], format="ISO8601", errors="coerce")
-    missing = parsed.isna().to_numpy().copy()
-    if allow_missing:
-        blank = values.isna().to_numpy() | (values.astype("string").str.strip() == "").fillna(True).to_numpy(dtype=bool)
-        missing &= ~blank
+        day = pd.Series(pd.NaT, index=text.index, dtype="datetime64[ns]")
+        day[compact] = pd.to_datetime(text[compact], format="%Y%m%d", errors="coerce")
+        rest = ~compact & (text != "").fillna(False).to_numpy(dtype=bool)
+        day[rest] = pd.to_datetime(text[rest], format="ISO8601", errors="coerce")
+        day_values = np.append(day.to_numpy(dtype="datetime64[ns]"), np.datetime64("NaT", "ns"))
+        parsed = day_values[codes]  # code -1 (a missing value) takes the appended NaT
+        blank = np.append((text == "").fillna(True).to_numpy(dtype=bool), True)[codes]
+    missing = np.isnat(parsed) & ~(blank if allow_missing else np.zeros(len(parsed), dtype=bool))
     if missing.any():
         shown = values[missing].astype("string").fillna("<empty>").unique()
         raise _error(source, f"{int(missing.sum())} unparseable or empty date(s) in '{field}'",
                      f"rows {preview(np.flatnonzero(missing))}: values {preview(shown)}",
                      "Tushare dates are YYYYMMDD (e.g. 20240102); ISO YYYY-MM-DD works too")
-    return parsed.to_numpy(dtype="datetime64[ns]")
+    return parsed
 
 
 def _parse_codes(values: pd.Series, field: str, source: str) -> np.ndarray:
     codes = values.astype("string").str.strip()
     bad = (codes.isna() | (codes == "")).to_numpy(dtype=bool)
     if bad.any():
-        raise _error(source, f"{int(bad.sum())} empty stock code(s) in '{field}'", f"rows {preview(np.flatnonzero(bad))}",
+        raise _error(source, f"{int(bad.sum())} empty stock code(s) in '{field}'",
+                     f"rows {preview(np.flatnonzero(bad))}",
                      "every row needs a Tushare code such as 600000.SH")
     return codes.astype(object).to_numpy()
 
@@ -413,7 +422,6 @@ def _check_limit_units(table: pd.DataFrame, bars: pd.DataFrame, source: str) -> 
 
 
 _UNIT_CHECKS = MappingProxyType({
-    "adj_factor": lambda table, bars, source: None,
     "moneyflow": _check_moneyflow_units,
     "daily_basic": _check_daily_basic_units,
     "stk_limit": _check_limit_units,
@@ -428,9 +436,8 @@ def _check_limits(frame: pd.DataFrame, source: str) -> None:
         out = trading & ((close > frame["up_limit"].to_numpy() + 0.005)
                          | (close < frame["down_limit"].to_numpy() - 0.005))
     if out.any():
-        where = preview([f"({d:%Y-%m-%d}, {c})" for d, c in frame.index[out][:5]]) + \
-            (f" (and {int(out.sum()) - 5} more)" if out.sum() > 5 else "")
-        log.warning("%s: %d close(s) outside [down_limit, up_limit]: %s", source, int(out.sum()), where)
+        log.warning("%s: %d close(s) outside [down_limit, up_limit]: %s", source, int(out.sum()),
+                    preview(f"({d:%Y-%m-%d}, {c})" for d, c in frame.index[out]))
 
 
 def _check_on_calendar(bars: pd.DataFrame, calendar: pd.DatetimeIndex, source: str, cal_source: str) -> None:
@@ -451,7 +458,8 @@ def _with_suspension_rows(bars: pd.DataFrame, days: pd.DatetimeIndex, mode: str)
     ``is_suspended = True`` per trading day without a bar between a stock's first and last bar."""
     if mode == "absent":
         return bars.set_index(list(INDEX_NAMES)).sort_index()
-    codes, code_pos = np.unique(bars["code"].to_numpy(dtype=object), return_inverse=True)
+    code_pos, codes = pd.factorize(bars["code"], sort=True)
+    codes = np.asarray(codes, dtype=object)
     day_pos = days.get_indexer(pd.DatetimeIndex(bars["date"]))
     assert (day_pos >= 0).all(), "bars off the calendar are refused before"
     first = np.full(len(codes), len(days), dtype=np.int64)
@@ -471,15 +479,33 @@ def _with_suspension_rows(bars: pd.DataFrame, days: pd.DatetimeIndex, mode: str)
     return out
 
 
+def _canonical_types(frame: pd.DataFrame) -> pd.DataFrame:
+    """The dtypes ``backtest.data.validate.canonicalize`` gives (numbers float64, flags bool, industry a
+    category of strings, dates datetime64[ns]), set directly: every column here is already parsed, and
+    canonicalize's re-parsing of text would cost most of an import."""
+    out = frame.reset_index()
+    out["date"] = out["date"].astype("datetime64[ns]")
+    out["code"] = out["code"].astype(str)
+    for col in out.columns.drop(list(INDEX_NAMES)):
+        if col == "industry":
+            out[col] = out[col].astype("string").astype("category")
+        elif col in ("in_universe", "is_suspended"):
+            out[col] = out[col].astype(bool)
+        else:
+            out[col] = out[col].astype("float64")
+    return out.set_index(list(INDEX_NAMES))
+
+
 def _attach(frame: pd.DataFrame, table: pd.DataFrame, key: str, source: str) -> pd.DataFrame:
     """Left-join a per-(stock, day) table onto the panel rows; rows of other stocks or days are dropped."""
     table = table.set_index(list(INDEX_NAMES))
     columns = [column for column, _ in _TABLES[key].fields.values() if column in table.columns]
     matched = table.index.isin(frame.index)
     if not matched.any():
+        days = table.index.get_level_values(0)
         raise _error(source, f"none of its {len(table)} rows matches a (trade_date, ts_code) of daily",
                      f"its codes {preview(table.index.get_level_values(1).unique())}, dates "
-                     f"{table.index.get_level_values(0).min():%Y-%m-%d} .. {table.index.get_level_values(0).max():%Y-%m-%d}",
+                     f"{days.min():%Y-%m-%d} .. {days.max():%Y-%m-%d}",
                      f"export {key} for the same stocks and period as daily (same ts_code format, e.g. 600000.SH)")
     out = frame.join(table[columns], how="left")
     covered = out[columns[0]].notna().to_numpy()
@@ -491,10 +517,11 @@ def _attach(frame: pd.DataFrame, table: pd.DataFrame, key: str, source: str) -> 
     return out
 
 
-def _fill_suspended(frame: pd.DataFrame, carry_close: bool) -> pd.DataFrame:
-    """Values of the added suspension rows: see the module docstring ("Suspensions")."""
+def _fill_gaps(frame: pd.DataFrame, carry_close: bool) -> pd.DataFrame:
+    """Carry missing adjustment factors forward, and fill the added suspension rows (module docstring,
+    "Suspensions")."""
     frame = frame.copy()
-    suspended = frame["is_suspended"].to_numpy()
+    suspended = frame["is_suspended"].to_numpy() if "is_suspended" in frame.columns else np.zeros(len(frame), bool)
     by_code = frame.index.get_level_values(1)
     if "adj_factor" in frame.columns:
         missing = frame["adj_factor"].isna().to_numpy()

@@ -30,7 +30,7 @@ from backtest.data.tushare_download import (
     download_tushare,
     main as download_main,
 )
-from backtest.data.validate import validate_panel
+from backtest.data.validate import canonicalize, validate_panel
 from backtest.errors import ConfigError, DataContractError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tushare"
@@ -64,6 +64,7 @@ def _edit(directory: Path, name: str, change: Callable[[pd.DataFrame], pd.DataFr
 
 def test_fixture_imports_as_a_valid_canonical_panel(panel: pd.DataFrame) -> None:
     assert validate_panel(panel) is panel
+    pd.testing.assert_frame_equal(canonicalize(panel.reset_index()), panel)  # the loaders' dtypes exactly
     assert len(panel) == 245 + 3  # 245 daily bars + 3 suspended days of 000002.SZ
     assert panel.index.get_level_values("code").nunique() == 7
     assert panel.index.get_level_values("date").nunique() == 37
@@ -119,6 +120,18 @@ def test_backward_adjustment_is_point_in_time(tmp_path: Path, panel: pd.DataFram
     early = import_tushare(cut)
     full = adjusted_price(panel)
     pd.testing.assert_series_equal(adjusted_price(early), full.loc[early.index], check_names=False)
+
+
+def test_a_missing_adj_factor_is_carried_forward_never_back(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    export = _copy(tmp_path)
+    drop = {("600000.SH", "20240123"), ("600000.SH", "20240102")}  # a day after the ex-date, and the first day
+    _edit(export, "adj_factor", lambda t: t[[(c, d) not in drop for c, d in zip(t["ts_code"], t["trade_date"])]])
+    for mode in ("last_close", "absent"):
+        with caplog.at_level(logging.INFO):
+            factor = import_tushare(export, suspended_rows=mode)["adj_factor"].xs("600000.SH", level="code")
+        assert factor.loc["2024-01-23"] == 8.497  # from 01-22, not from a later day
+        assert np.isnan(factor.loc["2024-01-02"])  # nothing before it to carry
+        assert "1 missing factor(s) carried forward" in caplog.text
 
 
 # --- suspensions --------------------------------------------------------------------------------------
@@ -199,7 +212,8 @@ def test_industry_is_applied_by_date(panel: pd.DataFrame) -> None:
     assert industry.loc["2024-01-18", "601318.SH"] == "非银金融"  # out_date 20240118 is its last day
     assert industry.loc["2024-01-19", "601318.SH"] == "综合"
     assert (industry["000001.SZ"] == "银行").all() and (industry["300750.SZ"] == "电力设备").all()
-    assert set(panel["industry"].dropna().unique()) == {"银行", "房地产", "电力设备", "非银金融", "综合", "电子"}
+    assert set(panel["industry"].dropna().unique()) == {"银行", "房地产", "电力设备", "非银金融", "综合",
+                                                         "电子"}
 
 
 def test_undated_stock_basic_industry(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -363,7 +377,8 @@ class FakeTushare:
         self.tables = {key: pd.read_csv(FIXTURES / f"{key}.csv", dtype=str, keep_default_na=False)
                        for key in FILE_KEYS}
         self.tables["stock_basic"] = pd.DataFrame({
-            "ts_code": ["000001.SZ", "600000.SH", "601318.SH", "600087.SH"], "industry": ["银行", "银行", "保险", "银行"],
+            "ts_code": ["000001.SZ", "600000.SH", "601318.SH", "600087.SH"],
+            "industry": ["银行", "银行", "保险", "银行"],
             "list_status": ["L", "L", "L", "D"],
         })
 
@@ -413,7 +428,8 @@ def test_download_in_short_chunks_as_csv(tmp_path: Path) -> None:
     fake = FakeTushare()
     _download(tmp_path / "dl", fake, codes=["301589.SZ"], file_format="csv",
               policy=DownloadPolicy(min_interval_s=0.0, retries=0, chunk_days=7, index_weight_chunk_days=10))
-    windows = [(p["start_date"], p["end_date"]) for api, p in fake.calls if api == "daily" and p["ts_code"] == "000001.SZ"]
+    windows = [(p["start_date"], p["end_date"]) for api, p in fake.calls
+               if api == "daily" and p["ts_code"] == "000001.SZ"]
     assert windows[:2] == [("20240102", "20240108"), ("20240109", "20240115")] and windows[-1][1] == "20240229"
     assert len(windows) == 9  # 59 calendar days in windows of 7
     got = import_tushare(tmp_path / "dl")
