@@ -1,0 +1,11 @@
+"""Rankers of the backtest: the shared protocol and data (``models.base``), LightGBM LambdaRank
+(``models.lambdarank``) and the StockTransformer (``models.stock_transformer`` for the network,
+``models.transformer_ranker`` for its training behind the protocol).
+
+Only the light shared pieces are imported here; import a model module to use that model (LightGBM and
+torch load on first use).
+"""
+
+from models.base import Ranker, RankingData, feature_tensor, window_view
+
+__all__ = ["Ranker", "RankingData", "feature_tensor", "window_view"]

@@ -286,7 +286,8 @@ class StockTransformerRanker:
                 f"{preview(self.feature_names)}, received {preview(data.feature_names)}."
             )
         with _torch_session(self.device, None, self.training.num_threads):
-            day_scores = self._scores(network, self._forward or network, self._days(data))
+            forward = self._forward if self._forward is not None else network  # no bool(): a compiled
+            day_scores = self._scores(network, forward, self._days(data))  # module has no __len__
         return day_scores[data.day_index(), data.day_slots()].astype(np.float64)
 
     def feature_importance(self) -> dict[str, float]:
