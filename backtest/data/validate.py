@@ -88,7 +88,9 @@ def canonicalize(frame: pd.DataFrame, source: str = "panel", calendar: pd.Dateti
         if col in INDEX_NAMES:
             continue
         values = frame[col]
-        if col in NUMERIC_COLUMNS:
+        if col in NUMERIC_COLUMNS and values.dtype.kind in "fiub":
+            out[col] = values.astype("float64").to_numpy()
+        elif col in NUMERIC_COLUMNS:
             num = pd.to_numeric(values, errors="coerce")
             bad = (num.isna() & values.notna() & (values.astype("string").str.strip() != "")).to_numpy()
             if bad.any():
