@@ -244,29 +244,34 @@ def compute_features(panel: pd.DataFrame, plan: FeaturePlan, rows: Rows = "eligi
     else:
         eligible = np.ones(len(panel), dtype=bool)
     keep = np.flatnonzero(eligible) if rows == "eligible" else np.arange(len(panel))
-    r, c = grid.row_pos[keep], grid.col_pos[keep]
-    daily = DailyCrossSection.of(r, eligible[keep], grid.shape[0])
-    industry = market.industry[r, c] if any(col.transform == "ind_neu" for col in plan.columns) else None
+    cells = market.cells[keep]  # flat grid cells of the output rows, increasing: a fast gather
+    daily = DailyCrossSection.of(grid.row_pos[keep], eligible[keep], grid.shape[0])
+    industry = np.ravel(market.industry).take(cells) if any(col.transform == "ind_neu" for col in plan.columns) else None
 
     values = np.empty((len(keep), len(plan.columns)), dtype=np.float32)
     sink = _ColumnSink(values)
     j = 0
     for ind in plan.indicators:
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # non-finite results become NaN
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             wide = np.asarray(ind.compute(market), dtype=np.float64)
         if wide.shape != grid.shape:
             raise ValueError(f"indicator {ind.name!r} returned shape {wide.shape}, expected {grid.shape}")
-        wide = np.where(np.isfinite(wide), wide, np.nan)
         while j < len(plan.columns) and plan.columns[j].base == ind.name:
             window = plan.columns[j].window
             source = wide if window is None else rolling_mean(wide, window, activity_min_periods(window))
-            value32 = source[r, c].astype(np.float32)
-            value64 = value32.astype(np.float64)  # transforms see exactly the stored raw values
+            with np.errstate(over="ignore", invalid="ignore"):
+                value32 = np.ravel(source).take(cells).astype(np.float32)
+            value32[~np.isfinite(value32)] = np.nan  # inf (e.g. x / 0) and float32 overflow are missing
+            value64 = None  # transforms see exactly the stored raw values, as float64
             while j < len(plan.columns) and plan.columns[j].base == ind.name and plan.columns[j].window == window:
                 transform = plan.columns[j].transform
                 if transform == "raw":
                     sink.write(value32)
-                elif transform == "cs_rank":
+                    j += 1
+                    continue
+                if value64 is None:
+                    value64 = value32.astype(np.float64)
+                if transform == "cs_rank":
                     sink.write(daily.rank_pct(value64))
                 elif transform == "cs_z":
                     sink.write(daily.zscore(value64))

@@ -5,7 +5,7 @@ The key is the matrix fingerprint, a hash of (data fingerprint, feature set, reg
 stale entry is never read. Layout, one folder per entry::
 
     <directory>/<key>/values.npy    float32 (n_rows, n_features)
-    <directory>/<key>/index.npz     dates (datetime64) and codes of the rows
+    <directory>/<key>/index.npz     the (date, code) row index as levels and integer codes
     <directory>/<key>/meta.json     names, fingerprint, spec, created (UTC), shape
 
 An entry is written to a temporary folder in ``<directory>`` and renamed into place in one step, so a
@@ -73,13 +73,16 @@ class FeatureCache:
             meta = json.loads((folder / "meta.json").read_text())
             values = np.load(folder / "values.npy", allow_pickle=False)
             with np.load(folder / "index.npz", allow_pickle=False) as idx:
-                dates = pd.DatetimeIndex(idx["dates"], name="date")
-                codes = idx["codes"].astype(str)
+                index = pd.MultiIndex(
+                    levels=[pd.DatetimeIndex(idx["date_levels"]), pd.Index(idx["code_levels"].astype(str))],
+                    codes=[idx["date_codes"], idx["code_codes"]],
+                    names=["date", "code"],
+                    verify_integrity=False,
+                )
         except (OSError, ValueError, KeyError, EOFError) as exc:
             log.warning("feature cache: entry %s is unreadable (%s); removed, it will be rebuilt", key, exc)
             shutil.rmtree(folder, ignore_errors=True)
             return None
-        index = pd.MultiIndex.from_arrays([dates, pd.Index(codes, name="code")], names=["date", "code"])
         return FeatureMatrix(values, list(meta["names"]), index, meta["fingerprint"])
 
     def store(self, matrix: FeatureMatrix, spec: FeatureSetSpec | None = None) -> Path:
@@ -92,9 +95,14 @@ class FeatureCache:
         tmp.mkdir()
         try:
             np.save(tmp / "values.npy", np.ascontiguousarray(matrix.values), allow_pickle=False)
-            dates = np.asarray(matrix.index.get_level_values(0).to_numpy(), dtype="datetime64")
-            codes = np.asarray(matrix.index.get_level_values(1).astype(str), dtype=str)
-            np.savez(tmp / "index.npz", dates=dates, codes=codes)
+            index = matrix.index
+            np.savez(
+                tmp / "index.npz",
+                date_levels=np.asarray(index.levels[0].to_numpy(), dtype="datetime64"),
+                date_codes=index.codes[0],
+                code_levels=np.asarray(index.levels[1].astype(str), dtype=str),
+                code_codes=index.codes[1],
+            )
             meta = {
                 "fingerprint": matrix.fingerprint,
                 "names": matrix.names,

@@ -43,6 +43,17 @@ class DailyCrossSection:
     slot: np.ndarray
     n_days: int
     width: int
+    #: flat position of each eligible row in the (day x slot) padded matrix used for ranking
+    cell: np.ndarray
+    #: per padded cell: the flat index where its day's row starts, its slot (for the sort keys), and
+    #: its 1-based position in the day's row (days x width, float)
+    row_start: np.ndarray
+    slot_key: np.ndarray
+    position: np.ndarray
+    #: days with at least one eligible row, the index of their first eligible row, and their counts
+    busy_days: np.ndarray
+    busy_starts: np.ndarray
+    busy_counts: np.ndarray
 
     @classmethod
     def of(cls, day: np.ndarray, eligible: np.ndarray, n_days: int) -> DailyCrossSection:
@@ -55,16 +66,25 @@ class DailyCrossSection:
         counts = np.bincount(mday, minlength=n_days)
         starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
         slot = np.arange(len(members)) - starts[mday]
-        return cls(len(day), members, mday, slot, n_days, int(counts.max()) if len(counts) else 0)
+        width = int(counts.max()) if len(counts) else 0
+        row_start = np.repeat(np.arange(n_days, dtype=np.intp) * width, width)
+        slot_key = np.tile(np.arange(width, dtype=np.uint64), n_days)
+        position = np.tile(np.arange(1, width + 1, dtype=np.float64), (n_days, 1))  # 1-based, per day row
+        busy = np.flatnonzero(counts)
+        return cls(len(day), members, mday, slot, n_days, width, mday * width + slot, row_start, slot_key,
+                   position, busy, starts[busy], counts[busy])
 
     def _take(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         v = np.asarray(values, dtype=np.float64)
         if v.shape != (self.n_rows,):
             raise ValueError(f"expected {self.n_rows} values aligned with the rows, got shape {v.shape}")
-        v = v[self.members]
+        if len(self.members) != self.n_rows:
+            v = v[self.members]
         return v, ~np.isnan(v)
 
     def _scatter(self, member_values: np.ndarray) -> np.ndarray:
+        if len(self.members) == self.n_rows:  # every row is eligible
+            return member_values
         out = np.full(self.n_rows, np.nan)
         out[self.members] = member_values
         return out
@@ -75,39 +95,65 @@ class DailyCrossSection:
         Values are ranked at float32 precision (the precision features are stored with).
         """
         v, ok = self._take(values)
-        pad = np.full((self.n_days, self.width), np.nan, dtype=np.float32)
-        pad[self.day, self.slot] = v
+        n_days, width = self.n_days, self.width
+        if not n_days * width:
+            return self._scatter(np.full(len(v), np.nan))
+        pad = np.full(n_days * width, np.nan, dtype=np.float32)
+        pad[self.cell] = v
         pad += np.float32(0.0)  # -0.0 -> +0.0 so that equal values tie
+        nan = np.isnan(pad)
+        n_valid = np.count_nonzero(~nan.reshape(n_days, width), axis=1)
         # Sort (order-preserving bits of the value, slot) packed in one uint64 per cell: a SIMD sort of
         # integers is many times faster than argsort, and the low half carries the permutation.
         bits = pad.view(np.uint32)
-        key = np.where(bits >> 31, ~bits, bits | np.uint32(0x80000000))
-        key[np.isnan(pad)] = np.uint32(0xFFFFFFFF)  # NaN last
-        packed = (key.astype(np.uint64) << np.uint64(32)) | np.arange(self.width, dtype=np.uint64)
-        packed.sort(axis=1)
-        order = (packed & np.uint64(0xFFFFFFFF)).astype(np.intp)
+        flip = bits >> np.uint32(31)
+        np.negative(flip, out=flip)  # 0xFFFFFFFF for negative values, 0 otherwise
+        flip |= np.uint32(0x80000000)
+        bits ^= flip  # negative: all bits flipped; positive: sign bit set
+        bits[nan] = np.uint32(0xFFFFFFFF)  # NaN last
+        packed = bits.astype(np.uint64)
+        packed <<= np.uint64(32)
+        packed |= self.slot_key
+        packed.reshape(n_days, width).sort(axis=1)
         srt = packed >> np.uint64(32)
-        n_valid = np.count_nonzero(~np.isnan(pad), axis=1)
-        new_group = np.ones(srt.shape, dtype=bool)
-        new_group[:, 1:] = srt[:, 1:] != srt[:, :-1]
-        flat_new = new_group.ravel()
-        group = np.cumsum(flat_new) - 1
-        position = np.tile(np.arange(1, self.width + 1, dtype=np.float64), self.n_days)
-        starts = np.flatnonzero(flat_new)
-        ends = np.append(starts[1:], flat_new.size) - 1
-        mid_rank = (position[starts] + position[ends]) / 2.0  # average rank of each run of ties
+        # 1-based position in the sorted day = rank; equal keys (ties) share the average of their positions
         with np.errstate(invalid="ignore", divide="ignore"):
-            pct_sorted = mid_rank[group].reshape(srt.shape) / n_valid[:, None]
-        pct = np.empty_like(pct_sorted)
-        np.put_along_axis(pct, order, pct_sorted, axis=1)
-        out = pct[self.day, self.slot]
+            pct_sorted = self.position / n_valid[:, None]
+            tie = np.empty(srt.shape, dtype=bool)
+            tie[0] = False
+            np.equal(srt[1:], srt[:-1], out=tie[1:])
+            tie[::width] = False  # a day starts afresh
+            tie &= srt != np.uint64(0xFFFFFFFF)  # NaNs are not ranked
+            if tie.any():  # fix only the days that have ties (few for continuous features)
+                days = np.unique(np.flatnonzero(tie) // width)
+                pct_sorted[days] = _average_positions(srt.reshape(n_days, width)[days]) / n_valid[days, None]
+        pct = np.empty(srt.size)
+        packed &= np.uint64(0xFFFFFFFF)  # the slot of each sorted cell
+        pct[self.row_start + packed.astype(np.intp)] = pct_sorted.ravel()
+        out = pct.take(self.cell)
         out[~ok] = np.nan
         return self._scatter(out)
 
     def zscore(self, values: np.ndarray) -> np.ndarray:
         """(x - daily mean) / daily population std over the eligible non-NaN values, NaN elsewhere."""
         v, ok = self._take(values)
-        return self._scatter(_grouped_zscore(v, ok, self.day, self.n_days))
+        if not len(self.busy_days):
+            return self._scatter(np.full(len(v), np.nan))
+        all_ok = bool(ok.all())
+        x = v if all_ok else np.where(ok, v, 0.0)
+        # each day's eligible values are contiguous (code order): segment sums, no other stock involved
+        n = self.busy_counts.astype(np.float64) if all_ok else np.add.reduceat(ok.astype(np.float64), self.busy_starts)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.add.reduceat(x, self.busy_starts) / n
+            dev = v - np.repeat(mean, self.busy_counts)
+            sq = dev * dev
+            if not all_ok:
+                sq[~ok] = 0.0
+            std = np.sqrt(np.add.reduceat(sq, self.busy_starts) / n)
+            bad = (n < 2) | (std <= 1e-12 * np.maximum(np.abs(mean), 1e-300))
+            std[bad] = np.nan
+            z = dev / np.repeat(std, self.busy_counts)
+        return self._scatter(z)
 
     def industry_neutral(self, values: np.ndarray, industry: np.ndarray) -> np.ndarray:
         """Z-score of the value minus its (day, industry) mean over eligible stocks.
@@ -125,6 +171,20 @@ class DailyCrossSection:
             s = np.bincount(key, v[ok])
             resid[ok] = v[ok] - (s / np.maximum(n, 1))[key]
         return self._scatter(_grouped_zscore(resid, ok, self.day, self.n_days))
+
+
+def _average_positions(keys: np.ndarray) -> np.ndarray:
+    """1-based positions of sorted rows of keys, with equal keys given the average of their positions."""
+    k, width = keys.shape
+    flat = keys.ravel()
+    new_run = np.ones(flat.shape, dtype=bool)
+    new_run[1:] = flat[1:] != flat[:-1]
+    new_run[::width] = True
+    starts = np.flatnonzero(new_run)
+    ends = np.append(starts[1:], flat.size) - 1
+    row_start = (starts // width) * width
+    mid = (starts + ends - 2 * row_start + 2) / 2.0
+    return mid[np.cumsum(new_run) - 1].reshape(k, width)
 
 
 def _grouped_zscore(v: np.ndarray, ok: np.ndarray, day: np.ndarray, n_days: int) -> np.ndarray:

@@ -70,13 +70,25 @@ class MarketData:
         self._panel = panel
         self.grid = grid
         self.columns = frozenset(panel.columns)
+        #: flat (row-major) cell of each panel row; increasing for a (date, code)-sorted panel
+        self.cells = grid.row_pos.astype(np.int64) * grid.shape[1] + grid.col_pos
         self._memo: dict[str, np.ndarray] = {}
+
+    def to_wide(self, values: np.ndarray | pd.Series, dtype: type = np.float64, fill: object = np.nan) -> np.ndarray:
+        """Scatter a column aligned with the panel rows onto the (date x code) grid."""
+        out = np.full(self.grid.shape, fill, dtype=dtype)
+        out.ravel()[self.cells] = np.asarray(values, dtype=dtype)
+        return out
+
+    def to_long(self, wide: np.ndarray) -> np.ndarray:
+        """Gather a (date x code) matrix back to the panel's rows."""
+        return np.ravel(wide).take(self.cells)
 
     # -- masks -----------------------------------------------------------------------------------------
     @property
     def present(self) -> np.ndarray:
         """bool (date x code): the panel has a row."""
-        return self.derived("present", self.grid.present)
+        return self.derived("present", lambda: self.to_wide(np.ones(len(self.cells), dtype=bool), dtype=bool, fill=False))
 
     @property
     def suspended(self) -> np.ndarray:
@@ -89,7 +101,7 @@ class MarketData:
                 flag = (self._panel["volume"] == 0).to_numpy(dtype=bool)
             else:
                 flag = np.zeros(len(self._panel), dtype=bool)
-            return self.grid.to_wide(flag, dtype=bool, fill=False)
+            return self.to_wide(flag, dtype=bool, fill=False)
 
         return self.derived("suspended", make)
 
@@ -106,7 +118,7 @@ class MarketData:
             if "in_universe" not in self.columns:
                 return self.present
             flag = self._panel["in_universe"].fillna(False).to_numpy(dtype=bool)
-            return self.grid.to_wide(flag, dtype=bool, fill=False)
+            return self.to_wide(flag, dtype=bool, fill=False)
 
         return self.derived("eligible", make)
 
@@ -116,7 +128,7 @@ class MarketData:
         """Adjusted close, carried forward over suspended days and gaps (NaN before the first trade)."""
 
         def make() -> np.ndarray:
-            wide = self.grid.to_wide(adjusted_price(self._panel, "close").to_numpy(), dtype=np.float64)
+            wide = self.to_wide(adjusted_price(self._panel, "close").to_numpy(), dtype=np.float64)
             wide[~self.traded] = np.nan
             return forward_fill(wide)
 
@@ -139,7 +151,7 @@ class MarketData:
 
     def _bar_price(self, field: str) -> np.ndarray:
         def make() -> np.ndarray:
-            wide = self.grid.to_wide(adjusted_price(self._panel, field).to_numpy(), dtype=np.float64)
+            wide = self.to_wide(adjusted_price(self._panel, field).to_numpy(), dtype=np.float64)
             close = self.close
             return np.where(self.traded & ~np.isnan(wide), wide, close)
 
@@ -150,7 +162,7 @@ class MarketData:
         """Unadjusted close on traded days (NaN otherwise), for comparisons with raw VWAP or limits."""
 
         def make() -> np.ndarray:
-            wide = self.grid.to_wide(self._panel["close"].to_numpy(dtype=np.float64), dtype=np.float64)
+            wide = self.to_wide(self._panel["close"].to_numpy(dtype=np.float64), dtype=np.float64)
             wide[~self.traded] = np.nan
             return wide
 
@@ -168,7 +180,7 @@ class MarketData:
             raise KeyError(f"{column!r} is not an activity column; known: {sorted(_ACTIVITY_COLUMNS)}")
 
         def make() -> np.ndarray:
-            wide = self.grid.to_wide(self._panel[column].to_numpy(dtype=np.float64), dtype=np.float64)
+            wide = self.to_wide(self._panel[column].to_numpy(dtype=np.float64), dtype=np.float64)
             wide[~self.traded] = np.nan
             return wide
 
@@ -180,7 +192,7 @@ class MarketData:
             raise KeyError(f"{column!r} is not a level column; known: {sorted(_LEVEL_COLUMNS)}")
 
         def make() -> np.ndarray:
-            return self.grid.to_wide(self._panel[column].to_numpy(dtype=np.float64), dtype=np.float64)
+            return self.to_wide(self._panel[column].to_numpy(dtype=np.float64), dtype=np.float64)
 
         return self.derived(f"level:{column}", make)
 
@@ -196,7 +208,7 @@ class MarketData:
                 codes, names = pd.factorize(col, use_na_sentinel=True)
             table = np.array([industry_id(str(n)) for n in names] + [-1], dtype=np.int64)
             ids = table[np.where(codes < 0, len(names), codes)]
-            return self.grid.to_wide(ids, dtype=np.int64, fill=-1)
+            return self.to_wide(ids, dtype=np.int64, fill=-1)
 
         return self.derived("industry", make)
 

@@ -35,28 +35,62 @@ def lag(x: np.ndarray, periods: int) -> np.ndarray:
     return out
 
 
+def running_total(x: np.ndarray) -> np.ndarray:
+    """Cumulative sum down the rows of each column (``np.cumsum(x, axis=0)``), added row by row.
+
+    A loop over rows with vectorised adds across stocks is 2-3x faster than numpy's strided
+    accumulate along axis 0, and adds in the same forward order.
+    """
+    out = np.empty_like(x)
+    if len(x):
+        out[0] = x[0]
+    for i in range(1, x.shape[0]):
+        np.add(out[i - 1], x[i], out=out[i])
+    return out
+
+
 def forward_fill(x: np.ndarray) -> np.ndarray:
     """Carry the last valid value of each column forward over NaNs (leading NaNs stay NaN)."""
-    n = x.shape[0]
-    idx = np.where(np.isnan(x), 0, np.arange(n)[:, None])
-    np.maximum.accumulate(idx, axis=0, out=idx)
-    return np.take_along_axis(x, idx, axis=0)
+    out = x.copy()
+    missing = np.isnan(out)
+    rows = np.flatnonzero(missing[1:].any(axis=1)) + 1
+    for i in rows:
+        np.copyto(out[i], out[i - 1], where=missing[i])
+    return out
+
+
+def _finite_and_zeroed(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(valid mask, x with invalid cells set to 0); non-finite values count as missing."""
+    valid = np.isfinite(x)
+    zeroed = x.copy()
+    np.copyto(zeroed, 0.0, where=~valid)
+    return valid, zeroed
 
 
 def _window_count(valid: np.ndarray, window: int) -> np.ndarray:
-    cnt = np.cumsum(valid, axis=0, dtype=np.int32)
-    out = cnt.copy()
-    out[window:] -= cnt[:-window]
+    """Number of valid rows among the last ``window`` rows, per cell (int32)."""
+    n = valid.shape[0]
+    if n > 1 and not (valid[:-1] & ~valid[1:]).any():
+        # common case (forward-filled prices): each column is valid from its first valid row on
+        first = np.where(valid.any(axis=0), valid.argmax(axis=0), n)
+        return np.clip(np.arange(n, dtype=np.int32)[:, None] - first[None, :].astype(np.int32) + 1, 0, window)
+    count = running_total(valid.astype(np.int32))
+    out = count.copy()
+    out[window:] -= count[:-window]
     return out
+
+
+def _window_total(zeroed: np.ndarray, window: int) -> np.ndarray:
+    total = running_total(zeroed)
+    total[window:] -= total[:-window].copy()
+    return total
 
 
 def rolling_sum(x: np.ndarray, window: int, min_periods: int | None = None) -> np.ndarray:
     """Sum over the last ``window`` rows of the valid observations (NaN below ``min_periods``)."""
     _check_window(window, min_periods)
-    valid = ~np.isnan(x)
-    csum = np.cumsum(np.where(valid, x, 0.0), axis=0)
-    out = csum.copy()
-    out[window:] -= csum[:-window]
+    valid, zeroed = _finite_and_zeroed(x)
+    out = _window_total(zeroed, window)
     out[_window_count(valid, window) < (window if min_periods is None else min_periods)] = np.nan
     return out
 
@@ -64,13 +98,11 @@ def rolling_sum(x: np.ndarray, window: int, min_periods: int | None = None) -> n
 def rolling_mean(x: np.ndarray, window: int, min_periods: int | None = None) -> np.ndarray:
     """Mean over the last ``window`` rows of the valid observations (NaN below ``min_periods``)."""
     _check_window(window, min_periods)
-    valid = ~np.isnan(x)
-    csum = np.cumsum(np.where(valid, x, 0.0), axis=0)
-    total = csum.copy()
-    total[window:] -= csum[:-window]
+    valid, zeroed = _finite_and_zeroed(x)
+    total = _window_total(zeroed, window)
     count = _window_count(valid, window)
     with np.errstate(invalid="ignore", divide="ignore"):
-        out = total / count
+        out = np.divide(total, count, out=total)
     out[count < (window if min_periods is None else min_periods)] = np.nan
     return out
 
@@ -94,10 +126,14 @@ def _deviation_sum(
     fixed order for every cell; rows are processed in cache-sized blocks.
     """
     n, m = x.shape
-    valid = ~np.isnan(x) if y is None else ~(np.isnan(x) | np.isnan(y))
+    valid = np.isfinite(x) if y is None else np.isfinite(x) & np.isfinite(y)
     weight = valid.astype(np.float64)
-    x0 = np.where(valid, x, 0.0)
-    y0 = None if y is None else np.where(valid, y, 0.0)
+    x0 = x.copy()
+    np.copyto(x0, 0.0, where=~valid)
+    y0 = None
+    if y is not None:
+        y0 = y.copy()
+        np.copyto(y0, 0.0, where=~valid)
     acc = np.zeros_like(x, dtype=np.float64)
     step = max(1, _CHUNK_CELLS // max(m, 1))
     tmp = np.empty((step, m))
@@ -123,13 +159,29 @@ def _deviation_sum(
     return acc
 
 
-def rolling_std(x: np.ndarray, window: int, min_periods: int | None = None, ddof: int = 1) -> np.ndarray:
-    """Standard deviation over the last ``window`` rows (pandas ``rolling(window).std(ddof)``)."""
+def rolling_std(
+    x: np.ndarray, window: int, min_periods: int | None = None, ddof: int = 1, two_pass: bool = True
+) -> np.ndarray:
+    """Standard deviation over the last ``window`` rows (pandas ``rolling(window).std(ddof)``).
+
+    ``two_pass=False`` uses running sums of x and x^2 (several times faster). Only for series centered
+    near zero, such as daily returns: on price levels the one-pass formula cancels catastrophically.
+    """
     _check_window(window, min_periods)
-    mean = rolling_mean(x, window, 1)
-    count = _window_count(~np.isnan(x), window)
+    valid = np.isfinite(x)
+    count = _window_count(valid, window)
+    if two_pass:
+        mean = rolling_mean(x, window, 1)
+        squares = _deviation_sum(x, mean, window, "sq")
+    else:
+        _, zeroed = _finite_and_zeroed(x)
+        total = _window_total(zeroed, window)
+        squares = _window_total(zeroed * zeroed, window)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            squares -= total * total / count
+        np.maximum(squares, 0.0, out=squares)
     with np.errstate(invalid="ignore", divide="ignore"):
-        var = _deviation_sum(x, mean, window, "sq") / (count - ddof)
+        var = squares / (count - ddof)
     var[(count < (window if min_periods is None else min_periods)) | (count <= ddof)] = np.nan
     return np.sqrt(var)
 
@@ -138,7 +190,7 @@ def rolling_mad(x: np.ndarray, window: int, min_periods: int | None = None) -> n
     """Mean absolute deviation from the window mean over the last ``window`` rows (as in CCI)."""
     _check_window(window, min_periods)
     mean = rolling_mean(x, window, 1)
-    count = _window_count(~np.isnan(x), window)
+    count = _window_count(np.isfinite(x), window)
     acc = _deviation_sum(x, mean, window, "abs")
     with np.errstate(invalid="ignore", divide="ignore"):
         out = acc / count
@@ -178,7 +230,7 @@ def rolling_skew(x: np.ndarray, window: int, min_periods: int | None = None) -> 
     """
     _check_window(window, min_periods)
     mean = rolling_mean(x, window, 1)
-    count = _window_count(~np.isnan(x), window).astype(np.float64)
+    count = _window_count(np.isfinite(x), window).astype(np.float64)
     m2 = _deviation_sum(x, mean, window, "sq")
     m3 = _deviation_sum(x, mean, window, "cube")
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -193,7 +245,7 @@ def rolling_skew(x: np.ndarray, window: int, min_periods: int | None = None) -> 
 def rolling_corr(x: np.ndarray, y: np.ndarray, window: int, min_periods: int | None = None) -> np.ndarray:
     """Pearson correlation of ``x`` and ``y`` over the last ``window`` rows where both are valid."""
     _check_window(window, min_periods)
-    both = ~(np.isnan(x) | np.isnan(y))
+    both = np.isfinite(x) & np.isfinite(y)
     xv = np.where(both, x, np.nan)
     yv = np.where(both, y, np.nan)
     mx = rolling_mean(xv, window, 1)
@@ -211,18 +263,21 @@ def rolling_corr(x: np.ndarray, y: np.ndarray, window: int, min_periods: int | N
 def _rolling_extreme(x: np.ndarray, window: int, min_periods: int | None, op: np.ufunc, fill: float) -> np.ndarray:
     """Trailing max/min by doubling spans: log2(window) passes instead of ``window``."""
     _check_window(window, min_periods)
-    out = np.where(np.isnan(x), fill, x)
+    valid = np.isfinite(x)
+    out = x.copy()
+    np.copyto(out, fill, where=~valid)
+    spare = np.empty_like(out)
     span = 1
-    while span * 2 <= window:
-        nxt = out.copy()
-        op(out[span:], out[:-span], out=nxt[span:])
-        out, span = nxt, span * 2
+    while span * 2 <= window:  # out[t] = extreme over [t - span + 1, t]
+        spare[:span] = out[:span]
+        op(out[span:], out[:-span], out=spare[span:])
+        out, spare, span = spare, out, span * 2
     if span < window:  # cover [t - window + 1, t] with two overlapping power-of-two spans
         rest = window - span
-        nxt = out.copy()
-        op(out[rest:], out[:-rest], out=nxt[rest:])
-        out = nxt
-    out[_window_count(~np.isnan(x), window) < (window if min_periods is None else min_periods)] = np.nan
+        spare[:rest] = out[:rest]
+        op(out[rest:], out[:-rest], out=spare[rest:])
+        out = spare
+    out[_window_count(valid, window) < (window if min_periods is None else min_periods)] = np.nan
     return out
 
 
@@ -249,17 +304,17 @@ def ewm_mean(x: np.ndarray, alpha: float, min_periods: int = 1) -> np.ndarray:
     """
     if not 0.0 < alpha <= 1.0:
         raise ValueError(f"ewm_mean: alpha must be in (0, 1], got {alpha}")
-    n = x.shape[0]
+    n, m = x.shape
     valid = ~np.isnan(x)
-    started = np.maximum.accumulate(valid, axis=0)
-    filled = forward_fill(x)
-    first = np.argmax(valid, axis=0)
-    x0 = filled[np.minimum(first, n - 1), np.arange(x.shape[1])] if n else np.zeros(x.shape[1])
-    x0 = np.where(np.isnan(x0), 0.0, x0)
-    filled = np.where(started, filled, x0[None, :])
+    first = np.where(valid.any(axis=0), valid.argmax(axis=0), n)
+    since_start = np.arange(n)[:, None] - first[None, :] + 1  # rows since the first valid one (<= 0 before)
+    gaps = n > 1 and bool((valid[:-1] & ~valid[1:]).any())
+    filled = forward_fill(x) if gaps else x.copy()
+    x0 = filled[np.minimum(first, n - 1), np.arange(m)] if n else np.zeros(m)
+    x0[np.isnan(x0)] = 0.0
+    np.copyto(filled, x0[None, :], where=since_start <= 0)
     zi = ((1.0 - alpha) * x0)[None, :]
     out, _ = lfilter([alpha], [1.0, -(1.0 - alpha)], filled, axis=0, zi=zi)
-    since_start = np.cumsum(started, axis=0)
     out[since_start < max(min_periods, 1)] = np.nan
     return out
 
