@@ -4,6 +4,8 @@
 
 Measured in one process, against baselines run in the same process:
 
+Times are the best of up to three runs (the machine is shared).
+
 1. ``features=all`` full build (target <= 30 s on 2 cores);
 2. 20 indicators: the wide-matrix implementation vs a straightforward pandas ``groupby(code)``
    rolling / ewm implementation of the same definitions on the same inputs (target >= 5x; values are
@@ -117,13 +119,13 @@ def main() -> None:
 
     # 2. twenty indicators vs pandas groupby(code)
     twenty = FeatureSetSpec(name="twenty", indicators=TWENTY, cs_rank=False, cs_z=False, aggregate=())
-    t_ours, ours = timed(lambda: build_features(panel, twenty, data_fingerprint="bench", rows="all"), repeat=2)
+    t_ours, ours = timed(lambda: build_features(panel, twenty, data_fingerprint="bench", rows="all"), repeat=3)
     grid = WideGrid.of(panel)
     market = MarketData(panel, grid)
     inputs = {k: grid.to_long(getattr(market, k)) for k in ("close", "high", "low")}
     inputs["volume"] = grid.to_long(market.activity("volume"))
     long = pd.DataFrame(inputs, index=panel.index).swaplevel().sort_index()
-    t_pd, ref = timed(lambda: pandas_twenty(long))
+    t_pd, ref = timed(lambda: pandas_twenty(long), repeat=3)
     ref = ref.swaplevel().sort_index().loc[panel.index, list(TWENTY)]
     ours_frame = ours.to_frame()[list(TWENTY)]
     agree = np.allclose(ours_frame.to_numpy(np.float64), ref.to_numpy(np.float64), rtol=1e-4, atol=1e-6, equal_nan=True)
@@ -141,8 +143,8 @@ def main() -> None:
         return np.column_stack([daily.rank_pct(values32[:, j].astype(np.float64)) for j in range(values32.shape[1])])
 
     as32 = pd.DataFrame(values32, index=frame.index, columns=frame.columns)
-    t_rank, ranks = timed(ours_rank, repeat=2)
-    t_pdrank, pdranks = timed(lambda: as32.groupby(level="date").rank(pct=True))
+    t_rank, ranks = timed(ours_rank, repeat=3)
+    t_pdrank, pdranks = timed(lambda: as32.groupby(level="date").rank(pct=True), repeat=3)
     identical = np.array_equal(ranks, pdranks.to_numpy(np.float64), equal_nan=True)
     rows.append(("cs rank, 20 cols", f"{t_rank:.3f} s", f"pandas groupby(date).rank: {t_pdrank:.2f} s, identical: {identical}",
                  f"{t_pdrank / t_rank:.1f}x (>= 8x)"))

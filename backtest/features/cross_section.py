@@ -45,10 +45,10 @@ class DailyCrossSection:
     width: int
     #: flat position of each eligible row in the (day x slot) padded matrix used for ranking
     cell: np.ndarray
-    #: per padded cell: the flat index where its day's row starts, its slot (for the sort keys), and
-    #: its 1-based position in the day's row (days x width, float)
+    #: per padded cell: the flat index where its day's row starts, the sort key of an empty cell
+    #: (sorts last, points at a spare output slot), and its 1-based position in the day's row
     row_start: np.ndarray
-    slot_key: np.ndarray
+    empty_key: np.ndarray
     position: np.ndarray
     #: days with at least one eligible row, the index of their first eligible row, and their counts
     busy_days: np.ndarray
@@ -68,10 +68,10 @@ class DailyCrossSection:
         slot = np.arange(len(members)) - starts[mday]
         width = int(counts.max()) if len(counts) else 0
         row_start = np.repeat(np.arange(n_days, dtype=np.intp) * width, width)
-        slot_key = np.tile(np.arange(width, dtype=np.uint64), n_days)
+        empty_key = np.full(n_days * width, (0xFFFFFFFF << 32) | len(members), dtype=np.uint64)
         position = np.tile(np.arange(1, width + 1, dtype=np.float64), (n_days, 1))  # 1-based, per day row
         busy = np.flatnonzero(counts)
-        return cls(len(day), members, mday, slot, n_days, width, mday * width + slot, row_start, slot_key,
+        return cls(len(day), members, mday, slot, n_days, width, mday * width + slot, row_start, empty_key,
                    position, busy, starts[busy], counts[busy])
 
     def _take(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -98,22 +98,23 @@ class DailyCrossSection:
         n_days, width = self.n_days, self.width
         if not n_days * width:
             return self._scatter(np.full(len(v), np.nan))
-        pad = np.full(n_days * width, np.nan, dtype=np.float32)
-        pad[self.cell] = v
-        pad += np.float32(0.0)  # -0.0 -> +0.0 so that equal values tie
-        nan = np.isnan(pad)
-        n_valid = np.count_nonzero(~nan.reshape(n_days, width), axis=1)
-        # Sort (order-preserving bits of the value, slot) packed in one uint64 per cell: a SIMD sort of
-        # integers is many times faster than argsort, and the low half carries the permutation.
-        bits = pad.view(np.uint32)
+        n_valid = np.zeros(n_days)
+        n_valid[self.busy_days] = np.add.reduceat(ok.astype(np.float64), self.busy_starts)
+        # Sort keys: (order-preserving bits of the float32 value, row number) packed in one uint64, so
+        # that a SIMD integer sort of each day replaces an argsort; NaN values and empty cells sort last.
+        bits = v.astype(np.float32)
+        bits += np.float32(0.0)  # -0.0 -> +0.0 so that equal values tie
+        bits = bits.view(np.uint32)
         flip = bits >> np.uint32(31)
         np.negative(flip, out=flip)  # 0xFFFFFFFF for negative values, 0 otherwise
         flip |= np.uint32(0x80000000)
         bits ^= flip  # negative: all bits flipped; positive: sign bit set
-        bits[nan] = np.uint32(0xFFFFFFFF)  # NaN last
-        packed = bits.astype(np.uint64)
-        packed <<= np.uint64(32)
-        packed |= self.slot_key
+        bits[~ok] = np.uint32(0xFFFFFFFF)
+        key = bits.astype(np.uint64)
+        key <<= np.uint64(32)
+        key |= np.arange(len(v), dtype=np.uint64)
+        packed = self.empty_key.copy()
+        packed[self.cell] = key
         packed.reshape(n_days, width).sort(axis=1)
         srt = packed >> np.uint64(32)
         # 1-based position in the sorted day = rank; equal keys (ties) share the average of their positions
@@ -123,14 +124,14 @@ class DailyCrossSection:
             tie[0] = False
             np.equal(srt[1:], srt[:-1], out=tie[1:])
             tie[::width] = False  # a day starts afresh
-            tie &= srt != np.uint64(0xFFFFFFFF)  # NaNs are not ranked
+            tie &= srt != np.uint64(0xFFFFFFFF)  # NaNs and empty cells are not ranked
             if tie.any():  # fix only the days that have ties (few for continuous features)
                 days = np.unique(np.flatnonzero(tie) // width)
                 pct_sorted[days] = _average_positions(srt.reshape(n_days, width)[days]) / n_valid[days, None]
-        pct = np.empty(srt.size)
-        packed &= np.uint64(0xFFFFFFFF)  # the slot of each sorted cell
-        pct[self.row_start + packed.astype(np.intp)] = pct_sorted.ravel()
-        out = pct.take(self.cell)
+        out = np.empty(len(v) + 1)  # the last slot absorbs the empty cells
+        packed &= np.uint64(0xFFFFFFFF)
+        out[packed.astype(np.intp)] = pct_sorted.ravel()
+        out = out[:-1]
         out[~ok] = np.nan
         return self._scatter(out)
 

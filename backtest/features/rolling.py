@@ -72,7 +72,7 @@ def _window_count(valid: np.ndarray, window: int) -> np.ndarray:
     n = valid.shape[0]
     if n > 1 and not (valid[:-1] & ~valid[1:]).any():
         # common case (forward-filled prices): each column is valid from its first valid row on
-        first = np.where(valid.any(axis=0), valid.argmax(axis=0), n)
+        first = n - np.count_nonzero(valid, axis=0)  # valid rows form a suffix of each column
         return np.clip(np.arange(n, dtype=np.int32)[:, None] - first[None, :].astype(np.int32) + 1, 0, window)
     count = running_total(valid.astype(np.int32))
     out = count.copy()
@@ -306,16 +306,17 @@ def ewm_mean(x: np.ndarray, alpha: float, min_periods: int = 1) -> np.ndarray:
         raise ValueError(f"ewm_mean: alpha must be in (0, 1], got {alpha}")
     n, m = x.shape
     valid = ~np.isnan(x)
-    first = np.where(valid.any(axis=0), valid.argmax(axis=0), n)
-    since_start = np.arange(n)[:, None] - first[None, :] + 1  # rows since the first valid one (<= 0 before)
+    rows = np.arange(n)[:, None]
     gaps = n > 1 and bool((valid[:-1] & ~valid[1:]).any())
+    # first valid row of each column (without gaps the valid rows are a suffix: count them)
+    first = np.where(valid.any(axis=0), valid.argmax(axis=0), n) if gaps else n - np.count_nonzero(valid, axis=0)
     filled = forward_fill(x) if gaps else x.copy()
     x0 = filled[np.minimum(first, n - 1), np.arange(m)] if n else np.zeros(m)
     x0[np.isnan(x0)] = 0.0
-    np.copyto(filled, x0[None, :], where=since_start <= 0)
+    np.copyto(filled, x0[None, :], where=rows < first[None, :])  # start the recursion at the first value
     zi = ((1.0 - alpha) * x0)[None, :]
     out, _ = lfilter([alpha], [1.0, -(1.0 - alpha)], filled, axis=0, zi=zi)
-    out[since_start < max(min_periods, 1)] = np.nan
+    out[rows < (first + max(min_periods, 1) - 1)[None, :]] = np.nan
     return out
 
 
