@@ -14,9 +14,11 @@ memory held besides the output matrix is the wide inputs and one indicator at a 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,7 +32,7 @@ from backtest.features.cross_section import DailyCrossSection
 from backtest.features.inputs import MarketData, activity_min_periods
 from backtest.features.registry import FEATURE_CODE_VERSION, FeatureRegistry, default_registry
 from backtest.features.rolling import rolling_mean
-from backtest.features.sets import FeaturePlan, FeatureSetSpec, plan_features
+from backtest.features.sets import FeatureColumn, FeaturePlan, FeatureSetSpec, plan_features
 
 log = logging.getLogger("backtest.features")
 
@@ -231,14 +233,13 @@ def compute_features(panel: pd.DataFrame, plan: FeaturePlan, rows: Rows = "eligi
     keep : int array (n_rows,), positions of the rows in ``panel``.
     """
     grid = WideGrid.of(panel)
-    cell = grid.row_pos.astype(np.int64) * grid.shape[1] + grid.col_pos
-    if len(cell) > 1 and not np.all(np.diff(cell) > 0):
-        bad = np.flatnonzero(np.diff(cell) <= 0)[:3] + 1
+    market = MarketData(panel, grid)
+    if len(market.cells) > 1 and not np.all(np.diff(market.cells) > 0):
+        bad = np.flatnonzero(np.diff(market.cells) <= 0)[:3] + 1
         raise DataContractError(
             "features: the panel index must be sorted by (date, code) and unique; offending rows: "
             f"{preview([panel.index[i] for i in bad])}. Fix: panel.sort_index() and drop duplicate rows."
         )
-    market = MarketData(panel, grid)
     if "in_universe" in panel.columns:
         eligible = panel["in_universe"].fillna(False).to_numpy(dtype=bool)
     else:
@@ -246,41 +247,36 @@ def compute_features(panel: pd.DataFrame, plan: FeaturePlan, rows: Rows = "eligi
     keep = np.flatnonzero(eligible) if rows == "eligible" else np.arange(len(panel))
     cells = market.cells[keep]  # flat grid cells of the output rows, increasing: a fast gather
     daily = DailyCrossSection.of(grid.row_pos[keep], eligible[keep], grid.shape[0])
-    industry = np.ravel(market.industry).take(cells) if any(col.transform == "ind_neu" for col in plan.columns) else None
+    transforms: dict[str, Callable[[np.ndarray], np.ndarray]] = {"cs_rank": daily.rank_pct, "cs_z": daily.zscore}
+    if any(col.transform == "ind_neu" for col in plan.columns):
+        industry = np.ravel(market.industry).take(cells)
+        transforms["ind_neu"] = lambda v: daily.industry_neutral(v, industry)
+    columns_of: dict[str, list[FeatureColumn]] = {}
+    for column in plan.columns:
+        columns_of.setdefault(column.base, []).append(column)
 
     values = np.empty((len(keep), len(plan.columns)), dtype=np.float32)
     sink = _ColumnSink(values)
-    j = 0
+    written: list[str] = []
     for ind in plan.indicators:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             wide = np.asarray(ind.compute(market), dtype=np.float64)
         if wide.shape != grid.shape:
             raise ValueError(f"indicator {ind.name!r} returned shape {wide.shape}, expected {grid.shape}")
-        while j < len(plan.columns) and plan.columns[j].base == ind.name:
-            window = plan.columns[j].window
+        for window, group in itertools.groupby(columns_of[ind.name], key=lambda col: col.window):
             source = wide if window is None else rolling_mean(wide, window, activity_min_periods(window))
             with np.errstate(over="ignore", invalid="ignore"):
                 value32 = np.ravel(source).take(cells).astype(np.float32)
             value32[~np.isfinite(value32)] = np.nan  # inf (e.g. x / 0) and float32 overflow are missing
-            value64 = None  # transforms see exactly the stored raw values, as float64
-            while j < len(plan.columns) and plan.columns[j].base == ind.name and plan.columns[j].window == window:
-                transform = plan.columns[j].transform
-                if transform == "raw":
+            for column in group:
+                if column.transform == "raw":
                     sink.write(value32)
-                    j += 1
-                    continue
-                if value64 is None:
-                    value64 = value32.astype(np.float64)
-                if transform == "cs_rank":
-                    sink.write(daily.rank_pct(value64))
-                elif transform == "cs_z":
-                    sink.write(daily.zscore(value64))
-                else:
-                    sink.write(daily.industry_neutral(value64, industry))
-                j += 1
+                else:  # transforms see exactly the stored raw values
+                    sink.write(transforms[column.transform](value32.astype(np.float64)))
+                written.append(column.name)
         del wide
     sink.flush()
-    assert j == len(plan.columns), "every planned column is written once"
+    assert written == plan.names, "columns are written in plan order"
     return values, keep
 
 
