@@ -33,8 +33,9 @@ import pandas as pd
 
 from backtest.errors import ConfigError, FeatureAuditError, InsufficientHistoryError, LeakageError
 from backtest.features.audit import AuditReport, audit_features
-from backtest.features.build import FeatureMatrix
+from backtest.features.build import FeatureMatrix, build_features
 from backtest.features.cache import load_or_build_features
+from backtest.features.registry import FeatureRegistry
 from backtest.features.sets import FeatureSetSpec, select_top_k_by_gain
 from backtest.labels import Labels, LabelSpec, make_labels
 from backtest.metrics import daily_ic, headline_metrics, ndcg_at_k
@@ -115,6 +116,7 @@ def run_backtest(
     trial_sharpe_var: float = 0.0,
     seed: int = 0,
     on_fold: Callable[[FoldOutcome, int], None] | None = None,
+    registry: FeatureRegistry | None = None,
 ) -> BacktestResult:
     """Run a leakage-guarded rolling backtest of ``ranker_factory``'s model on ``panel``.
 
@@ -126,6 +128,7 @@ def run_backtest(
     data_fingerprint : ``panel_fingerprint(panel)``, keys the feature cache and the checkpoints.
     n_trials, trial_sharpe_var : for the deflated Sharpe ratio (the study this run belongs to).
     on_fold : called after each fold with its outcome and the number of folds (progress display).
+    registry : the feature indicators (default: the library's registry); the audit covers them all.
 
     Raises
     ------
@@ -138,7 +141,8 @@ def run_backtest(
     audit = None
     if options.audit_cutoffs > 0:
         t0 = time.perf_counter()
-        audit = audit_features(panel, features, cutoffs=_audit_cutoffs(panel, schedule, options.audit_cutoffs))
+        audit = audit_features(panel, features, cutoffs=_audit_cutoffs(panel, schedule, options.audit_cutoffs),
+                               registry=registry)
         timings["audit_s"] = time.perf_counter() - t0
         if not audit.passed:
             raise FeatureAuditError(
@@ -147,15 +151,13 @@ def run_backtest(
             )
 
     t0 = time.perf_counter()
-    base_spec = features
     if options.feature_cache_dir is not None:
         matrix, cache_hit = load_or_build_features(
-            panel, base_spec, options.feature_cache_dir, data_fingerprint=data_fingerprint
+            panel, features, options.feature_cache_dir, data_fingerprint=data_fingerprint, registry=registry
         )
     else:
-        from backtest.features.build import build_features
-
-        matrix, cache_hit = build_features(panel, base_spec, data_fingerprint=data_fingerprint), False
+        matrix = build_features(panel, features, data_fingerprint=data_fingerprint, registry=registry)
+        cache_hit = False
     timings["features_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
