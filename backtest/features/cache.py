@@ -55,23 +55,28 @@ class FeatureCache:
     Parameters
     ----------
     directory : where entries live; the CLI passes ``<project>/.cache/features``.
+    mmap : load values as a read-only memory map of the entry's file: a hit returns at once, pages
+        are read when first used, and the values live in the shared page cache instead of process
+        memory. The default (False) reads the whole file on load, which is faster when every value
+        is used (page faults on a cold file read it about 3x slower than one sequential read).
     """
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], mmap: bool = False) -> None:
         self.directory = Path(directory)
+        self.mmap = mmap
 
     def path(self, key: str) -> Path:
         return self.directory / key
 
     def load(self, key: str) -> FeatureMatrix | None:
         """The matrix stored under ``key``, or None when there is no complete entry (an unreadable entry
-        is removed)."""
+        is removed). With ``mmap`` the values are a read-only ``np.memmap``."""
         folder = self.path(key)
         if not (folder / "meta.json").is_file():
             return None
         try:
             meta = json.loads((folder / "meta.json").read_text())
-            values = np.load(folder / "values.npy", allow_pickle=False)
+            values = np.load(folder / "values.npy", allow_pickle=False, mmap_mode="r" if self.mmap else None)
             with np.load(folder / "index.npz", allow_pickle=False) as idx:
                 index = pd.MultiIndex(
                     levels=[pd.DatetimeIndex(idx["date_levels"]), pd.Index(idx["code_levels"].astype(str))],

@@ -21,6 +21,17 @@ def test_second_build_loads_the_same_matrix(panel, tmp_path):
     np.testing.assert_array_equal(second.values, first.values)
 
 
+def test_loaded_values_are_a_read_only_map_or_an_array(panel, tmp_path):
+    built, _ = load_or_build_features(panel, SPEC, tmp_path, data_fingerprint="d1")
+    mapped = FeatureCache(tmp_path, mmap=True).load(built.fingerprint)
+    assert isinstance(mapped.values, np.memmap) and not mapped.values.flags.writeable
+    with pytest.raises(ValueError):
+        mapped.values[0, 0] = 1.0  # the cache cannot be changed through a loaded matrix
+    in_memory = FeatureCache(tmp_path).load(built.fingerprint)
+    assert not isinstance(in_memory.values, np.memmap) and in_memory.values.flags.writeable
+    np.testing.assert_array_equal(in_memory.values, mapped.values)
+
+
 def test_any_change_misses(panel, tmp_path, monkeypatch):
     base, _ = load_or_build_features(panel, SPEC, tmp_path, data_fingerprint="d1")
     _, hit = load_or_build_features(panel, SPEC, tmp_path, data_fingerprint="d2")  # other data
