@@ -17,7 +17,7 @@ window). Exclusions are by base name and remove every column derived from the ba
 The default spec is the ``all`` set: every indicator except the industry ones (``industry_id``,
 ``ind_rel_ret_5``, ``ind_rel_ret_20``), which enter in ``with_industry``. This mirrors the research log,
 where the base runs effectively had no industry data (4.7% coverage) and filling it in was a separate
-experiment; ``all`` on this registry gives 288 columns (the original had 289).
+experiment; ``all`` on this registry gives 285 columns (the original had 289).
 """
 
 from __future__ import annotations
