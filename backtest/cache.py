@@ -1,0 +1,57 @@
+"""See and clear the project's caches: ``python -m backtest.cache [list|clear] [features|checkpoints|all]``.
+
+The feature cache (``.cache/features``) holds feature matrices keyed by data fingerprint, feature set and
+feature code version; the checkpoints (``.cache/checkpoints``) hold finished folds of backtests so that
+a killed run resumes. Both are safe to delete at any time: they are recomputed when needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from backtest.features.cache import FeatureCache
+
+CACHE_DIR = Path(__file__).resolve().parents[1] / ".cache"
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m backtest.cache", description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=["list", "clear"], nargs="?", default="list")
+    parser.add_argument("which", choices=["features", "checkpoints", "all"], nargs="?", default="all")
+    args = parser.parse_args(argv)
+    features = FeatureCache(CACHE_DIR / "features")
+    checkpoints = CACHE_DIR / "checkpoints"
+    if args.action == "list":
+        print(f"cache directory: {CACHE_DIR}")
+        if args.which in ("features", "all"):
+            entries = features.entries()
+            print(f"features ({len(entries)} entries, {sum(e.size_bytes for e in entries) / 2**20:.0f} MiB):")
+            for e in entries:
+                print(f"  {e.key}  {e.feature_set:16} {e.n_rows:>9,} x {e.n_features:<4} {e.size_bytes / 2**20:8.1f} MiB  "
+                      f"{e.created:%Y-%m-%d %H:%M}")
+        if args.which in ("checkpoints", "all"):
+            runs = sorted(p for p in checkpoints.glob("*") if p.is_dir()) if checkpoints.exists() else []
+            print(f"checkpoints ({len(runs)} runs):")
+            for run in runs:
+                n = len(list(run.glob("fold_*.npz")))
+                print(f"  {run.name}  {n} folds  {_size(run) / 2**20:.1f} MiB")
+        return 0
+    removed = 0
+    if args.which in ("features", "all"):
+        removed += features.clear()
+    if args.which in ("checkpoints", "all") and checkpoints.exists():
+        removed += sum(1 for p in checkpoints.glob("*") if p.is_dir())
+        shutil.rmtree(checkpoints)
+    print(f"removed {removed} cache entries from {CACHE_DIR}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
