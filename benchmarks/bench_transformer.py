@@ -84,7 +84,9 @@ def synthetic_days(n_days: int, seed: int = 0) -> RankingData:
     )
 
 
-def epoch_time(arch: StockTransformerConfig, training: TransformerTrainingConfig, n_days: int, epochs: int) -> tuple[float, float]:
+def epoch_time(
+    arch: StockTransformerConfig, training: TransformerTrainingConfig, n_days: int, epochs: int
+) -> tuple[float, float]:
     """(best epoch seconds after the first, peak GPU MiB) of StockTransformerRanker.fit over n_days."""
     data = synthetic_days(n_days)
     model = StockTransformerRanker(replace(arch, n_features=0), replace(training, max_epochs=epochs))
@@ -114,8 +116,9 @@ def main() -> None:
                         help="torch.compile modes to try on CUDA (bf16)")
     args = parser.parse_args()
     cfg = StockTransformerConfig(n_features=FEATURES, window=WINDOW)
-    print(f"torch {torch.__version__}; default network: d_model {cfg.d_model}, {cfg.n_layers} layers, ff {cfg.ff_dim}, "
-          f"{cfg.n_experts} experts; a day-sample = {STOCKS} stocks x {WINDOW} days x {FEATURES} features")
+    print(f"torch {torch.__version__}; default network: d_model {cfg.d_model}, {cfg.n_layers} layers, "
+          f"ff {cfg.ff_dim}, {cfg.n_experts} experts; a day-sample = {STOCKS} stocks x {WINDOW} days x "
+          f"{FEATURES} features")
     print(f"{'configuration':<44} {'days/s':>10} {'ratio':>9} {'peak MiB':>9}")
 
     if args.device in ("cpu", "all"):

@@ -20,11 +20,13 @@
                                                                     [day, stock, window, feature] view
     date_pos       int64 (n_samples,) or None                       row of each sample in ``wide``
     code_pos       int64 (n_samples,) or None                       column of each sample in ``wide``
-    rows           int64 (n_samples,) or None                       position of each sample in the
-                                                                    RankingData it was taken from
+    rows, parent   int64 (n_samples,), RankingData; or None          set by ``take``: the position of each
+                                                                    sample in ``parent``, the RankingData
+                                                                    it was taken from
 
 The whole backtest builds one RankingData (and at most one ``wide`` tensor); every fold's train, valid
-and predict sets are ``take``-n from it, so they share ``wide`` and carry ``rows`` into it.
+and predict sets are ``take``-n from it, so they share ``wide`` and know their rows in it
+(:meth:`RankingData.rows_in`), which lets a model reuse work done once on the whole (LightGBM's bins).
 
 Timing: the features of day t use data up to the close of t; ``relevance`` of a sample is known only on
 its ``label_end``. Purging training rows whose label is not yet known is the splitter's job
@@ -77,6 +79,7 @@ class RankingData:
     date_pos: np.ndarray | None = field(default=None, repr=False)
     code_pos: np.ndarray | None = field(default=None, repr=False)
     rows: np.ndarray | None = field(default=None, repr=False)
+    parent: RankingData | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         X = np.asarray(self.X)
@@ -116,6 +119,8 @@ class RankingData:
         if self.relevance is not None:
             object.__setattr__(self, "relevance", _as_relevance(self.relevance, n))
         self._check_wide()
+        if (self.rows is None) != (self.parent is None):
+            raise DataContractError("RankingData: rows and parent go together; use take() to select samples.")
         if self.rows is not None:
             rows = np.asarray(self.rows, dtype=np.int64)
             if rows.shape != (n,):
@@ -235,8 +240,8 @@ class RankingData:
     def take(self, rows: np.ndarray | slice) -> RankingData:
         """The samples at ``rows`` (strictly increasing positions, or a slice), sharing ``wide``.
 
-        ``rows`` of the result are positions in the data this one was taken from (composed when this
-        one was itself taken). A contiguous range of rows is taken as a view of ``X``, without a copy.
+        The result records ``parent`` = this data and ``rows`` = the positions in it. A contiguous range
+        of rows is taken as a view of ``X``, without a copy.
         """
         if isinstance(rows, slice):
             idx = np.arange(self.n_samples)[rows]
@@ -267,8 +272,23 @@ class RankingData:
             wide=self.wide,
             date_pos=sub(self.date_pos),
             code_pos=sub(self.code_pos),
-            rows=idx if self.rows is None else self.rows[idx],
+            rows=idx,
+            parent=self,
         )
+
+    def rows_in(self, ancestor: RankingData) -> np.ndarray | None:
+        """Positions of these samples in ``ancestor`` (this data or one it was ``take``-n from, directly
+        or through other takes), int64 (n_samples,); None when ``ancestor`` is not in its lineage."""
+        rows = np.arange(self.n_samples)
+        node: RankingData | None = self
+        while node is not None:
+            if node is ancestor:
+                return rows
+            if node.rows is None:
+                return None
+            rows = node.rows[rows]
+            node = node.parent
+        return None
 
     def between(self, start: object | None = None, end: object | None = None) -> RankingData:
         """The samples with ``start <= date <= end`` (either bound may be None)."""
@@ -436,7 +456,8 @@ def window_view(
     else:
         cpos = np.asarray(code_positions, dtype=np.int64)
         mask = cpos >= 0  # (days, stocks)
-        x = wide[np.clip(t, 0, None)[:, None, :], np.clip(cpos, 0, None)[:, :, None]]  # (days, stocks, window, feat)
+        # (days, 1, window) x (days, stocks, 1) index arrays -> (days, stocks, window, feat)
+        x = wide[np.clip(t, 0, None)[:, None, :], np.clip(cpos, 0, None)[:, :, None]]
     np.nan_to_num(x, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
     x *= (t_ok[:, None, :] & mask[:, :, None])[..., None]  # zero padded stocks and pre-history days
     return x.astype(np.float32, copy=False), mask

@@ -187,6 +187,7 @@ class BinnedPanel:
         self, data: RankingData, params: dict[str, Any], *, history_end: np.datetime64 | None = None
     ) -> None:
         t0 = time.perf_counter()
+        self.source = data
         self.n_samples = data.n_samples
         self.dates = data.dates
         self._starts = data.day_starts()
@@ -228,7 +229,9 @@ class BinnedPanel:
         """Validate that ``rows`` are whole days, increasing; return the group sizes, int32 (n_days,)."""
         rows = np.asarray(rows, dtype=np.int64)
         if rows.ndim != 1 or rows.size == 0:
-            raise DataContractError(f"BinnedPanel.subset: expected a non-empty 1-D row array, received {rows.shape}.")
+            raise DataContractError(
+                f"BinnedPanel.subset: expected a non-empty 1-D row array, received shape {rows.shape}."
+            )
         if rows[0] < 0 or rows[-1] >= self.n_samples or (np.diff(rows) <= 0).any():
             raise DataContractError(
                 f"BinnedPanel.subset: rows must be strictly increasing positions in [0, {self.n_samples}) "
@@ -262,13 +265,15 @@ class BinnedPanel:
         ds.set_group(sizes)
         return ds
 
-    def matches(self, data: RankingData) -> bool:
-        """True when ``data`` was taken from the samples this panel binned (same dates at ``rows``)."""
-        if data.rows is None or data.n_samples == 0 or data.feature_names != self.feature_names:
-            return False
-        if data.rows[-1] >= self.n_samples:
-            return False
-        return bool(np.array_equal(self.dates[data.rows], data.dates))
+    def rows_of(self, data: RankingData) -> np.ndarray | None:
+        """Positions of ``data``'s samples in the binned data, when ``data`` was ``take``-n from it
+        (directly or through other takes); None otherwise."""
+        if data.n_samples == 0 or data.feature_names != self.feature_names:
+            return None
+        rows = data.rows_in(self.source)
+        if rows is not None and not np.array_equal(self.dates[rows], data.dates):  # pragma: no cover
+            raise AssertionError("BinnedPanel: lineage rows disagree with the dates")
+        return rows
 
 
 class LambdaRankRanker:
@@ -284,6 +289,8 @@ class LambdaRankRanker:
     last_fit : facts of the latest fit for per-fold logging: ``kind`` ("fresh" or "warm"),
         ``rounds`` (trees added), ``best_iteration`` (trees used), ``best_score`` (validation NDCG by
         metric name), ``seconds``, ``binned`` (trained on a BinnedPanel subset).
+    fits_since_refit : fits since the last fresh one (1 right after a fresh fit); with warm start the
+        next fit is fresh again when it reaches ``full_refit_every``.
     """
 
     def __init__(self, config: LambdaRankConfig | None = None) -> None:
@@ -292,7 +299,19 @@ class LambdaRankRanker:
         self.feature_names: tuple[str, ...] = ()
         self.panel: BinnedPanel | None = None
         self.last_fit: dict[str, Any] = {}
-        self._fits_since_refit = 0
+        self.fits_since_refit = 0
+
+    @property
+    def stateful(self) -> bool:
+        """True with warm start: a fit depends on the previous one, so folds must run in order on one
+        ranker object (and a resumed run must restore the previous booster, see :meth:`adopt_state`)."""
+        return self.config.warm_start
+
+    def adopt_state(self, other: LambdaRankRanker) -> None:
+        """Take the fitted state (booster, features, warm-start position) of ``other``, e.g. a ranker
+        ``load``-ed from a checkpoint, keeping this one's prepared BinnedPanel."""
+        self.booster, self.feature_names = other.booster, other.feature_names
+        self.last_fit, self.fits_since_refit = dict(other.last_fit), other.fits_since_refit
 
     @property
     def params(self) -> dict[str, Any]:
@@ -307,7 +326,7 @@ class LambdaRankRanker:
         """Bin every sample once (:class:`BinnedPanel`); later fits on data ``take``-n from ``data``
         train on subsets. Resets warm start."""
         self.panel = BinnedPanel(data, self.config.lgb_params(), history_end=history_end)
-        self._fits_since_refit = 0
+        self.fits_since_refit = 0
 
     def _check(self, data: RankingData, what: str, labelled: bool) -> None:
         if self.feature_names and data.feature_names != self.feature_names:
@@ -329,9 +348,10 @@ class LambdaRankRanker:
 
     def _dataset(self, data: RankingData, reference: lgb.Dataset | None, params: dict[str, Any]) -> lgb.Dataset:
         assert data.relevance is not None
-        if self.panel is not None and self.panel.matches(data):
-            assert data.rows is not None
-            return self.panel.subset(data.rows, data.relevance)
+        rows = self.panel.rows_of(data) if self.panel is not None else None
+        if rows is not None:
+            assert self.panel is not None
+            return self.panel.subset(rows, data.relevance)
         return lgb.Dataset(
             data.X, label=data.relevance.astype(np.float32), group=data.group_sizes(), reference=reference,
             feature_name=list(data.feature_names), params=params, free_raw_data=False,
@@ -350,9 +370,9 @@ class LambdaRankRanker:
             if valid.feature_names != train.feature_names:
                 raise DataContractError("LambdaRankRanker.fit: train and valid have different features.")
         if self.booster is not None and train.feature_names != self.feature_names:
-            self.booster, self._fits_since_refit = None, 0  # another feature set: nothing to continue
+            self.booster, self.fits_since_refit = None, 0  # another feature set: nothing to continue
         warm = (
-            cfg.warm_start and self.booster is not None and 0 < self._fits_since_refit < cfg.full_refit_every
+            cfg.warm_start and self.booster is not None and 0 < self.fits_since_refit < cfg.full_refit_every
         )
         t0 = time.perf_counter()
         params = cfg.lgb_params()
@@ -371,7 +391,7 @@ class LambdaRankRanker:
         )
         self.booster = booster
         self.feature_names = train.feature_names
-        self._fits_since_refit = self._fits_since_refit + 1 if warm else 1
+        self.fits_since_refit = self.fits_since_refit + 1 if warm else 1
         best = booster.best_iteration or booster.current_iteration()
         self.last_fit = {
             "kind": "warm" if warm else "fresh",
@@ -379,7 +399,7 @@ class LambdaRankRanker:
             "best_iteration": int(best),
             "best_score": {k: float(v) for k, v in booster.best_score.get("valid", {}).items()},
             "seconds": time.perf_counter() - t0,
-            "binned": self.panel is not None and self.panel.matches(train),
+            "binned": self.panel is not None and self.panel.rows_of(train) is not None,
         }
         log.info(
             "LambdaRank %s fit: %d days, %d samples, %d trees (best %d), %.1fs%s",
@@ -397,10 +417,10 @@ class LambdaRankRanker:
         """Scores, float64 (n_samples,), aligned with ``data``; higher is better."""
         booster = self._fitted()
         self._check(data, "predict", labelled=False)
-        return np.asarray(
-            booster.predict(data.X, num_iteration=booster.best_iteration or None, num_threads=self.config.num_threads),
-            dtype=np.float64,
+        scores = booster.predict(
+            data.X, num_iteration=booster.best_iteration or None, num_threads=self.config.num_threads
         )
+        return np.asarray(scores, dtype=np.float64)
 
     def feature_importance(self) -> dict[str, float]:
         """Total split gain per feature of the model that makes the predictions (a warm-started model
@@ -415,7 +435,12 @@ class LambdaRankRanker:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         booster.save_model(path / BOOSTER_FILE, num_iteration=booster.best_iteration or None)
-        meta = {"config": self.params, "feature_names": list(self.feature_names), "last_fit": self.last_fit}
+        meta = {
+            "config": self.params,
+            "feature_names": list(self.feature_names),
+            "last_fit": self.last_fit,
+            "fits_since_refit": self.fits_since_refit,
+        }
         (path / META_FILE).write_text(json.dumps(meta, indent=2, default=str))
 
     @classmethod
@@ -434,4 +459,5 @@ class LambdaRankRanker:
         ranker.booster = lgb.Booster(model_file=path / BOOSTER_FILE)
         ranker.feature_names = tuple(meta["feature_names"])
         ranker.last_fit = meta.get("last_fit", {})
+        ranker.fits_since_refit = int(meta.get("fits_since_refit", 1))
         return ranker

@@ -153,7 +153,10 @@ class CrossStockAttention(nn.Module):
         self.attn = nn.MultiheadAttention(cfg.d_model, cfg.cross_heads, dropout=cfg.dropout, batch_first=True)
         self.norm2 = nn.LayerNorm(cfg.d_model)
         self.ff = nn.Sequential(
-            nn.Linear(cfg.d_model, cfg.ff_dim), nn.GELU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.ff_dim, cfg.d_model)
+            nn.Linear(cfg.d_model, cfg.ff_dim),
+            nn.GELU(),
+            nn.Dropout(cfg.dropout),
+            nn.Linear(cfg.ff_dim, cfg.d_model),
         )
         self.drop = nn.Dropout(cfg.dropout)
 

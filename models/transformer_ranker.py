@@ -189,6 +189,8 @@ class StockTransformerRanker:
 
     # ------------------------------------------------------------------ protocol
 
+    stateful = False  # every fit starts from fresh weights: folds are independent
+
     @property
     def params(self) -> dict[str, Any]:
         arch = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self.architecture).items()}
@@ -363,7 +365,9 @@ class StockTransformerRanker:
             wide=dev_wide,
         )
 
-    def _loss(self, scores: torch.Tensor, rel: torch.Tensor, mask: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
+    def _loss(
+        self, scores: torch.Tensor, rel: torch.Tensor, mask: torch.Tensor, rng: torch.Generator
+    ) -> torch.Tensor:
         name = self.training.loss
         if name == "listnet":
             return listnet_loss(scores, rel, mask, self.training.listnet_temperature)

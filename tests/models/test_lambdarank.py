@@ -128,6 +128,27 @@ def test_binned_subset_gives_the_same_model_as_a_fresh_dataset(make_ranking_data
     np.testing.assert_array_equal(binned.predict(test), fresh.predict(test))
 
 
+def test_panel_follows_the_lineage_of_takes_like_the_engine(make_ranking_data: Factory) -> None:
+    """All eligible rows -> labelled samples (a mid-sample label missing) -> fold: the fold trains on
+    the right binned rows; equal data of another lineage is not mistaken for panel rows."""
+    everything, _ = make_ranking_data(n_days=60, n_stocks=20, signal=0.6, seed=10)
+    labelled = np.ones(everything.n_samples, dtype=bool)
+    labelled[[45, 46, 300]] = False  # excluded samples (e.g. suspended at entry) shift every later row
+    labelled[-3 * 20 :] = False  # the last days have no label yet
+    samples = everything.take(np.flatnonzero(labelled)).with_relevance(everything.relevance[labelled])
+    train = samples.take(np.flatnonzero(samples.dates < samples.dates[0] + np.timedelta64(30, "D")))
+    assert train.rows_in(everything)[-1] == train.n_samples + 2  # 3 rows dropped before the end
+    model = LambdaRankRanker(LambdaRankConfig(**SMALL))
+    model.prepare(samples, history_end=train.dates[-1])
+    model.fit(train)
+    assert model.last_fit["binned"]
+    fresh = LambdaRankRanker(LambdaRankConfig(**SMALL)).fit(train)
+    assert trees(model.booster) == trees(fresh.booster)
+    twin = RankingData(train.X.copy(), train.dates, train.codes, train.feature_names, train.relevance)
+    model.fit(twin)
+    assert not model.last_fit["binned"]
+
+
 def test_binned_subset_of_a_later_window_matches_when_bins_coincide(make_ranking_data: Factory) -> None:
     """With features of few distinct values (all present in every window) the bins are the same whatever
     rows they come from, so a later window's subset gives exactly the fresh model."""
@@ -167,7 +188,9 @@ def test_bins_ignore_feature_values_after_history_end(make_ranking_data: Factory
     assert leaky[0] != leaky[1]
 
 
-def test_history_end_none_is_logged_as_a_warning(make_ranking_data: Factory, caplog: pytest.LogCaptureFixture) -> None:
+def test_history_end_none_is_logged_as_a_warning(
+    make_ranking_data: Factory, caplog: pytest.LogCaptureFixture
+) -> None:
     data, _ = make_ranking_data(n_days=5, n_stocks=10)
     with caplog.at_level(logging.WARNING, logger="models.lambdarank"):
         BinnedPanel(data, LambdaRankConfig(**SMALL).lgb_params())
@@ -205,6 +228,30 @@ def test_warm_start_continues_and_refits_on_schedule(make_ranking_data: Factory)
     assert trees_used == [30, 35, 40, 30, 35]
     test = data.take(np.arange(70 * n, 90 * n))
     assert oos_rank_ic(test, model.predict(test), label[70 * n :]).mean() > 0.2
+
+
+def test_a_resumed_warm_start_continues_like_an_uninterrupted_one(make_ranking_data: Factory, tmp_path: Path) -> None:
+    n = 30
+    data, _ = make_ranking_data(n_days=70, n_stocks=n, signal=0.5, seed=11)
+    cfg = LambdaRankConfig(**{**SMALL, "warm_start": True, "warm_start_rounds": 5, "full_refit_every": 4})
+    folds = [data.take(np.arange(k * 5 * n, (40 + k * 5) * n)) for k in range(3)]
+    history_end = data.dates[40 * n - 1]
+    straight = LambdaRankRanker(cfg)
+    assert straight.stateful and not LambdaRankRanker().stateful
+    straight.prepare(data, history_end=history_end)
+    for fold in folds:
+        straight.fit(fold)
+    interrupted = LambdaRankRanker(cfg)
+    interrupted.prepare(data, history_end=history_end)
+    for fold in folds[:2]:
+        interrupted.fit(fold)
+    interrupted.save(tmp_path / "fold1")
+    resumed = LambdaRankRanker(cfg)
+    resumed.prepare(data, history_end=history_end)
+    resumed.adopt_state(LambdaRankRanker.load(tmp_path / "fold1"))
+    resumed.fit(folds[2])
+    assert resumed.last_fit["kind"] == straight.last_fit["kind"] == "warm"
+    np.testing.assert_allclose(resumed.predict(folds[2]), straight.predict(folds[2]), rtol=0, atol=1e-12)
 
 
 def test_save_load_round_trip_gives_identical_predictions(make_ranking_data: Factory, tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 )
 def test_model_group_instantiates(name: str, cls: type) -> None:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=[f"+model={name}", "+label=default", "seed=7"])
+        cfg = compose("config", overrides=[f"model={name}", "seed=7"])
     ranker = instantiate(cfg.model, _convert_="all")
     assert isinstance(ranker, cls) and isinstance(ranker, Ranker)
     assert ranker.params["seed"] == 7

@@ -59,13 +59,17 @@ def test_contract_errors_name_the_problem() -> None:
         small(wide=np.zeros((2, 3, 2), dtype=np.float32))
 
 
-def test_take_keeps_order_shares_wide_and_composes_rows() -> None:
+def test_take_keeps_order_shares_wide_and_records_lineage() -> None:
     data = small(relevance=np.array([1, 0, 2, 0, 1]))
     tail = data.take(np.arange(2, 5))
     assert np.shares_memory(tail.X, data.X)  # a contiguous range is a view
     np.testing.assert_array_equal(tail.rows, [2, 3, 4])
     inner = tail.take(np.array([0, 2]))
-    np.testing.assert_array_equal(inner.rows, [2, 4])
+    np.testing.assert_array_equal(inner.rows, [0, 2])  # positions in its parent, tail
+    assert inner.parent is tail and tail.parent is data
+    np.testing.assert_array_equal(inner.rows_in(data), [2, 4])
+    np.testing.assert_array_equal(inner.rows_in(inner), [0, 1])
+    assert inner.rows_in(small()) is None  # equal content, another lineage
     np.testing.assert_array_equal(inner.X, data.X[[2, 4]])
     np.testing.assert_array_equal(inner.relevance, [2, 1])
     with pytest.raises(DataContractError, match="strictly increasing"):

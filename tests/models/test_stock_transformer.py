@@ -292,9 +292,8 @@ def test_gpu_ranker_fits_with_auto_device_and_compile(make_ranking_data: Factory
     data, _ = make_ranking_data(n_days=60, n_stocks=50, n_features=3, signal=1.0, seed=9)
     train, valid = data.take(np.arange(0, 45 * 50)), data.take(np.arange(48 * 50, 60 * 50))
     for compile_mode in (None, "default"):
-        model = StockTransformerRanker(
-            replace(TINY, n_features=0), replace(FAST, device="auto", max_epochs=4, days_per_step=8, compile=compile_mode)
-        )
+        training = replace(FAST, device="auto", max_epochs=4, days_per_step=8, compile=compile_mode)
+        model = StockTransformerRanker(replace(TINY, n_features=0), training)
         model.fit(train, valid)
         assert model.last_fit["device"].startswith("cuda") and model.last_fit["precision"] == "bf16"
         assert model.last_fit["best_score"] > 0.3
