@@ -276,6 +276,13 @@ class RankingData:
             parent=self,
         )
 
+    def root(self) -> RankingData:
+        """The RankingData at the top of this one's lineage (itself when it was not ``take``-n)."""
+        node = self
+        while node.parent is not None:
+            node = node.parent
+        return node
+
     def rows_in(self, ancestor: RankingData) -> np.ndarray | None:
         """Positions of these samples in ``ancestor`` (this data or one it was ``take``-n from, directly
         or through other takes), int64 (n_samples,); None when ``ancestor`` is not in its lineage."""

@@ -186,6 +186,7 @@ class StockTransformerRanker:
         self.last_fit: dict[str, Any] = {}
         self._forward: Any = None  # the (possibly compiled) network of the latest fit
         self._device_wide: tuple[np.ndarray, torch.Tensor] | None = None
+        self._root_grid: tuple[RankingData, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ protocol
 
@@ -209,10 +210,20 @@ class StockTransformerRanker:
         return None
 
     def prepare(self, data: RankingData, *, history_end: np.datetime64 | None = None) -> None:
-        """Upload ``data``'s wide tensor to the device once (no data-dependent preprocessing, so
-        ``history_end`` is not needed)."""
+        """Upload the wide tensor to the device once (no data-dependent preprocessing, so
+        ``history_end`` is not needed).
+
+        Without a ``wide`` tensor, the tensor is built from the root of ``data``'s lineage (e.g. every
+        eligible sample, when ``data`` is its labelled subset); later fits and predictions on data
+        taken from that root draw their windows from it, so a predicted day sees its history.
+        """
         if data.wide is not None:
             self._wide_on_device(data.wide)
+            return
+        root = data.root()
+        wide, date_pos, code_pos = root.window_source()
+        self._root_grid = (root, wide, date_pos, code_pos)
+        self._wide_on_device(wide)
 
     def fit(self, train: RankingData, valid: RankingData | None = None) -> Self:
         """Train on ``train``'s days; early stopping on ``valid`` (the purged tail) when given."""
@@ -343,8 +354,21 @@ class StockTransformerRanker:
             self._device_wide = (wide, torch.from_numpy(clean).to(self.device))
         return self._device_wide[1]
 
+    def _window_source(self, data: RankingData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The data's own tensor; else the prepared root's grid when ``data`` descends from it; else a
+        grid of ``data``'s own samples (no history before its first day)."""
+        if data.wide is None and self._root_grid is not None:
+            root, wide, date_pos, code_pos = self._root_grid
+            rows = data.rows_in(root)
+            if rows is not None:
+                return wide, date_pos[rows], code_pos[rows]
+        if data.wide is None:
+            log.info("StockTransformerRanker: %d days without a wide tensor or a prepared lineage: windows "
+                     "hold only the history inside this data", data.n_days)
+        return data.window_source()
+
     def _days(self, data: RankingData) -> DayBatches:
-        wide, date_pos, code_pos = data.window_source()
+        wide, date_pos, code_pos = self._window_source(data)
         starts = data.day_starts()
         day_date = date_pos[starts[:-1]]
         if not np.array_equal(np.repeat(day_date, data.group_sizes()), date_pos):
@@ -356,7 +380,8 @@ class StockTransformerRanker:
         rel = data.relevance if data.relevance is not None else np.zeros(data.n_samples, dtype=np.int32)
         rel_m, _ = data.day_matrix(rel, fill=0)
         device = self.device
-        dev_wide = self._wide_on_device(wide) if data.wide is not None else torch.from_numpy(
+        shared = self._device_wide is not None and self._device_wide[0] is wide
+        dev_wide = self._wide_on_device(wide) if data.wide is not None or shared else torch.from_numpy(
             np.nan_to_num(wide, nan=0.0, posinf=0.0, neginf=0.0)).to(device)
         return DayBatches(
             date_pos=torch.as_tensor(day_date, dtype=torch.long, device=device),

@@ -217,6 +217,23 @@ def test_windows_come_from_the_backtest_tensor(make_ranking_data: Factory) -> No
     assert not np.allclose(model.predict(no_history), scores[5 * 8 : 6 * 8])
 
 
+def test_prepared_lineage_gives_history_without_a_tensor(make_ranking_data: Factory) -> None:
+    """The engine's shape: all eligible rows -> labelled samples -> folds, no wide tensor anywhere."""
+    everything, _ = make_ranking_data(n_days=30, n_stocks=8, n_features=3, seed=10)
+    labelled = np.ones(everything.n_samples, dtype=bool)
+    labelled[-3 * 8 :] = False
+    samples = everything.take(np.flatnonzero(labelled)).with_relevance(everything.relevance[labelled])
+    model = ranker()
+    model.prepare(samples)
+    model.fit(samples.take(np.arange(0, 20 * 8)))
+    last_days = everything.take(np.arange(24 * 8, 30 * 8))
+    scores = model.predict(last_days)
+    one_day = everything.take(np.arange(29 * 8, 30 * 8))  # an unlabelled day still sees its 6-day history
+    np.testing.assert_allclose(model.predict(one_day), scores[-8:], rtol=1e-5, atol=1e-6)
+    orphan = RankingData(one_day.X, one_day.dates, one_day.codes, one_day.feature_names)
+    assert not np.allclose(model.predict(orphan), scores[-8:])
+
+
 def test_ragged_days_are_padded_and_masked(make_ranking_data: Factory) -> None:
     data, _ = make_ranking_data(n_days=12, n_stocks=9, n_features=3, seed=7)
     keep = np.ones(data.n_samples, dtype=bool)
