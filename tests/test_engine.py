@@ -1,0 +1,156 @@
+"""The rolling engine end to end on the tiny synthetic market: guards, determinism, resume, backends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import backtest.engine as engine
+from backtest.data.fingerprint import panel_fingerprint
+from backtest.engine import EngineOptions, run_backtest
+from backtest.errors import ConfigError, FeatureAuditError
+from backtest.features.registry import default_registry
+from backtest.features.sets import FeatureSetSpec
+from backtest.labels import LabelSpec
+from backtest.metrics import HEADLINE_KEYS
+from backtest.portfolio import PortfolioSpec
+from backtest.splits import RollingSchedule
+from models.lambdarank import LambdaRankConfig, LambdaRankRanker
+from tests.features.feature_fixtures import PLANTED
+
+SCHEDULE = dict(retrain_every=20, train_window=100, valid_days=10, embargo=2, test_start="2022-07-01")
+FEATURES = FeatureSetSpec(name="small", indicators=("ret_5d", "ret_20d", "vol_20d", "mf_main_net_rate", "rsi_14"),
+                          windows=(5,))
+
+
+def small_ranker(**kw) -> LambdaRankRanker:
+    return LambdaRankRanker(LambdaRankConfig(num_boost_round=30, num_threads=1, min_data_in_leaf=40, **kw))
+
+
+def backtest(panel, tmp_path: Path | None = None, schedule=None, factory=small_ranker, **options):
+    return run_backtest(
+        panel, features=FEATURES, label=LabelSpec(), schedule=schedule or RollingSchedule(**SCHEDULE),
+        ranker_factory=factory, portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(panel),
+        options=EngineOptions(**options), seed=3,
+    )
+
+
+@pytest.fixture(scope="module")
+def result(tiny_panel):
+    return backtest(tiny_panel)
+
+
+def test_headline_metrics_and_fold_records(result) -> None:
+    assert set(HEADLINE_KEYS) <= set(result.metrics)
+    assert result.metrics["n_folds"] == len(result.records) == len(result.fold_metrics) >= 6
+    assert result.leak_guard == "passed" and result.feature_audit == "passed"
+    for record in result.records:
+        assert record.max_train_label_end <= record.cutoff < record.decision_date
+    assert np.isfinite(result.metrics["sharpe"]) and result.metrics["max_drawdown"] <= 0
+    # every decision date of the test period has scores for the day's members, and only for them
+    scored_days = result.scores.index.get_level_values("date").unique()
+    assert scored_days.min() >= pd.Timestamp("2022-07-01")
+    assert result.importance.shape[0] == len(result.records)
+
+
+def test_scores_only_for_members(result, tiny_panel) -> None:
+    members = tiny_panel.loc[result.scores.index, "in_universe"]
+    assert members.all()
+
+
+def test_features_are_computed_once_per_backtest(tiny_panel, monkeypatch) -> None:
+    calls = []
+    real = engine.build_features
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "build_features", counting)
+    backtest(tiny_panel)
+    assert len(calls) == 1
+
+
+def test_same_inputs_same_scores(result, tiny_panel) -> None:
+    again = backtest(tiny_panel)
+    pd.testing.assert_series_equal(again.scores, result.scores)
+
+
+def test_backend_and_workers_do_not_change_results(result, tiny_panel) -> None:
+    parallel = backtest(tiny_panel, n_jobs=2, backend="loky")
+    pd.testing.assert_series_equal(parallel.scores, result.scores)
+
+
+def test_killed_run_resumes_with_identical_results(result, tiny_panel, tmp_path: Path) -> None:
+    class Killed(Exception):
+        pass
+
+    def kill_after_three(outcome, n):
+        if outcome.fold == 2 and not outcome.resumed:
+            raise Killed
+
+    with pytest.raises(Killed):
+        run_backtest(
+            tiny_panel, features=FEATURES, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE),
+            ranker_factory=small_ranker, portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(tiny_panel),
+            options=EngineOptions(checkpoint_dir=tmp_path), seed=3, on_fold=kill_after_three,
+        )
+    saved = list(tmp_path.rglob("fold_*.npz"))
+    assert len(saved) == 3
+    seen = []
+    resumed = run_backtest(
+        tiny_panel, features=FEATURES, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE),
+        ranker_factory=small_ranker, portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(tiny_panel),
+        options=EngineOptions(checkpoint_dir=tmp_path), seed=3, on_fold=lambda o, n: seen.append(o.resumed),
+    )
+    assert seen[:3] == [True, True, True] and not any(seen[3:])
+    pd.testing.assert_series_equal(resumed.scores, result.scores)
+
+
+def test_warm_start_resume_is_identical(tiny_panel, tmp_path: Path) -> None:
+    def warm():
+        return small_ranker(warm_start=True, warm_start_rounds=10, full_refit_every=3)
+
+    straight = backtest(tiny_panel, factory=warm)
+
+    class Killed(Exception):
+        pass
+
+    def kill(outcome, n):
+        if outcome.fold == 3 and not outcome.resumed:
+            raise Killed
+
+    opts = EngineOptions(checkpoint_dir=tmp_path)
+    kwargs = dict(features=FEATURES, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE), ranker_factory=warm,
+                  portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(tiny_panel), options=opts, seed=3)
+    with pytest.raises(Killed):
+        run_backtest(tiny_panel, on_fold=kill, **kwargs)
+    resumed = run_backtest(tiny_panel, **kwargs)
+    pd.testing.assert_series_equal(resumed.scores, straight.scores)
+
+
+def test_purge_cannot_be_switched_off_silently() -> None:
+    with pytest.raises(ConfigError, match="leak_demo"):
+        RollingSchedule(**SCHEDULE, purge=False)
+
+
+def test_leak_demo_is_tagged_disabled(tiny_panel) -> None:
+    leaky = backtest(tiny_panel, schedule=RollingSchedule(**{**SCHEDULE, "embargo": 0}, purge=False, leak_demo=True))
+    assert leaky.leak_guard == "disabled"
+    assert any(r.leaky for r in leaky.records)
+    # the labels used reach past the decision date: the leak the purge prevents
+    assert all(max(r.max_train_label_end, r.max_valid_label_end) > r.decision_date for r in leaky.records)
+
+
+def test_a_look_ahead_feature_stops_the_run_and_is_named(tiny_panel) -> None:
+    registry = default_registry().extended(*PLANTED[:1])
+    spec = FeatureSetSpec(name="leaky", indicators=("ret_5d", PLANTED[0].name), windows=(5,))
+    with pytest.raises(FeatureAuditError, match=PLANTED[0].name):
+        run_backtest(
+            tiny_panel, features=spec, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE),
+            ranker_factory=small_ranker, portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(tiny_panel),
+            registry=registry,
+        )
