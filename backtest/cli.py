@@ -126,10 +126,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     ranker_factory = _build(cfg.model, _partial_=True)
     ranker_factory()  # fail now on a bad model config
     engine_cfg = cfg.engine
+    cache_dir = Path(engine_cfg.cache_dir) if engine_cfg.get("cache_dir") else CACHE_DIR
     options = EngineOptions(
         n_jobs=int(engine_cfg.n_jobs), backend=str(engine_cfg.backend),
-        feature_cache_dir=CACHE_DIR / "features" if engine_cfg.feature_cache else None,
-        checkpoint_dir=CACHE_DIR / "checkpoints" if engine_cfg.checkpoints else None,
+        feature_cache_dir=cache_dir / "features" if engine_cfg.feature_cache else None,
+        checkpoint_dir=cache_dir / "checkpoints" if engine_cfg.checkpoints else None,
         audit_cutoffs=int(engine_cfg.audit_cutoffs),
     )
     leak_demo = bool(schedule.leak_demo)
@@ -192,14 +193,34 @@ def _log_artifacts(mlrun: Any, result: Any, tracking_cfg: Any, title: str) -> No
     if result.audit is not None:
         mlrun.log_json({"passed": result.audit.passed, "summary": result.audit.summary()}, "guards/feature_audit.json")
     with tempfile.TemporaryDirectory() as tmp:
-        importance = result.importance.copy()
-        decision = [r.decision_date for r in result.records]
-        importance.index = pd.DatetimeIndex(decision[: len(importance)], name="decision_date")
+        importance = None  # fold x feature gain, dated by decision; rankers without importance have none
+        if not result.importance.empty:
+            importance = result.importance.copy()
+            decision = {r.fold: r.decision_date for r in result.records}
+            importance.index = pd.DatetimeIndex([decision[f] for f in importance.index], name="decision_date")
         write_backtest_reports(
             tmp, p.returns, p.benchmark_returns, title=title, importance=importance,
+            value_drift=_value_drift(result) if tracking_cfg.drift_report else None,
             tearsheet=tracking_cfg.tearsheet, plots=tracking_cfg.plots, drift_report=tracking_cfg.drift_report,
         )
         mlrun.log_artifact(tmp, "reports")
+
+
+def _value_drift(result: Any, max_rows: int = 20_000) -> pd.DataFrame:
+    """PSI / KS of every feature: the first fold's training window against the test period."""
+    from backtest.reports import feature_value_drift
+
+    dates = result.features.index.get_level_values(0)
+    reference = dates.isin(_train_dates(result))
+    current = dates.isin(result.scores.index.get_level_values(0).unique())
+    values = result.features.values
+    return feature_value_drift(values[reference], values[current], result.feature_names, max_rows=max_rows)
+
+
+def _train_dates(result: Any) -> pd.DatetimeIndex:
+    first = result.records[0]
+    dates = result.features.index.get_level_values(0).unique()
+    return dates[(dates >= first.train_start) & (dates <= first.train_end)]
 
 
 def _summary(result: Any, run_id: str, tracker: Any, provenance: Any) -> str:

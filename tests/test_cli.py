@@ -64,7 +64,8 @@ def test_main_job_records_one_complete_run(tmp_path: Path, capsys) -> None:
     artifacts = _all_artifacts(client, out["run_id"])
     for path in ("data/predictions.parquet", "data/positions.parquet", "data/daily_returns.parquet",
                  "guards/leakage_records.json", "data/feature_importance.csv", "reports/equity.png",
-                 "reports/drawdown.png", "config/config.yaml"):
+                 "reports/drawdown.png", "config/config.yaml", "reports/drift/feature_value_drift.csv",
+                 "reports/drift/importance_rank_stability.csv"):
         assert path in artifacts, (path, artifacts)
     printed = capsys.readouterr().out
     assert "leak guard      passed" in printed and out["run_id"] in printed and "mlflow server" in printed
