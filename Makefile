@@ -32,6 +32,11 @@ test-slow: $(STAMP)
 test-gpu: $(STAMP)
 	$(PY) -m pytest -m "gpu" -q
 
-## Benchmarks (on demand; report ratios measured in one process).
+## Benchmarks (on demand; each prints ratios measured in one process). `make bench BENCH=features` runs one.
+BENCH ?= synthetic features labels_splits portfolio tushare tracking lambdarank transformer backtest
 bench: $(STAMP)
-	$(PY) benchmarks/bench_synthetic.py
+	for b in $(BENCH); do echo "== $$b"; $(PY) benchmarks/bench_$$b.py || exit 1; done
+
+## Remove the feature cache and fold checkpoints (`.venv/bin/python -m backtest.cache list` shows them).
+clean-cache: $(STAMP)
+	$(PY) -m backtest.cache clear

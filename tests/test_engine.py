@@ -154,3 +154,13 @@ def test_a_look_ahead_feature_stops_the_run_and_is_named(tiny_panel) -> None:
             ranker_factory=small_ranker, portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(tiny_panel),
             registry=registry,
         )
+
+
+def test_top_k_selection_uses_only_data_before_the_first_decision(tiny_panel) -> None:
+    spec = FeatureSetSpec(name="top3", indicators=FEATURES.indicators, windows=(5,), select_top_k=3)
+    res = run_backtest(
+        tiny_panel, features=spec, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE),
+        ranker_factory=small_ranker, portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(tiny_panel), seed=3,
+    )
+    assert len(res.feature_names) == 3
+    assert set(res.importance.columns) <= set(res.feature_names)
