@@ -27,23 +27,10 @@ import numpy as np
 import pandas as pd
 
 from backtest.data.panel import WideGrid, adjusted_price
+from backtest.data.schema import MONEYFLOW_COLUMNS
 from backtest.features.rolling import forward_fill, lag
 
-_ACTIVITY_COLUMNS = frozenset(
-    {
-        "volume",
-        "amount",
-        "buy_sm_amount",
-        "sell_sm_amount",
-        "buy_md_amount",
-        "sell_md_amount",
-        "buy_lg_amount",
-        "sell_lg_amount",
-        "buy_elg_amount",
-        "sell_elg_amount",
-        "net_mf_amount",
-    }
-)
+_ACTIVITY_COLUMNS = frozenset({"volume", "amount", *MONEYFLOW_COLUMNS})
 _PRICE_FIELDS = ("open", "high", "low", "close")
 _LEVEL_COLUMNS = frozenset({"total_mv", "float_mv", "up_limit", "down_limit"})
 
