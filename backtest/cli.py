@@ -248,17 +248,15 @@ def _summary(result: Any, run_id: str, tracker: Any, provenance: Any) -> str:
     out += [
         f"{'win rate vs EW (periods)':28}{mt['win_rate_vs_ew']:>12.1%}",
         f"{'excess annual return':28}{mt['excess_ann_return']:>+12.2%}",
-        f"{'rank IC / ICIR':28}{mt['rank_ic_mean']:>+12.4f}{mt['icir']:>+14.3f}",
-        f"{'NDCG@5':28}{mt['ndcg_at_5']:>12.4f}",
-        f"{'PSR / DSR':28}{mt['psr']:>12.3f}{mt['dsr']:>14.3f}",
-        f"{'Sharpe 95% CI':28}{mt.get('sharpe_ci_low', float('nan')):>+12.2f}{mt.get('sharpe_ci_high', float('nan')):>+14.2f}",
         f"{'turnover (annual)':28}{mt['turnover']:>12.2f}",
         "",
+        f"rank IC {mt['rank_ic_mean']:+.4f} (ICIR {mt['icir']:+.3f}), NDCG@5 {mt['ndcg_at_5']:.4f}; "
+        f"PSR {mt['psr']:.3f}, DSR {mt['dsr']:.3f}; Sharpe 95% CI [{mt.get('sharpe_ci_low', float('nan')):+.2f}, "
+        f"{mt.get('sharpe_ci_high', float('nan')):+.2f}]",
         f"leak guard      {result.leak_guard}   feature audit {result.feature_audit}   "
         f"comparable {'yes' if provenance.comparable else 'NO'}",
         f"MLflow run      {run_id}",
-        f"tearsheet       {tracker.artifact_uri(run_id, 'reports/tearsheet.html')}" if hasattr(tracker, "artifact_uri")
-        else f"tearsheet       artifact reports/tearsheet.html of run {run_id}",
+        f"tearsheet       {tracker.client.get_run(run_id).info.artifact_uri}/reports/tearsheet.html",
         f"open the UI     {_ui_command(tracker.uri)}",
     ]
     return "\n".join(out)
