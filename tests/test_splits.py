@@ -479,7 +479,7 @@ def test_backtest_config_instantiates_the_schedule() -> None:
         demo = compose(config_name="backtest/default", overrides=["backtest.purge=false", "backtest.leak_demo=true"])
         refused = compose(config_name="backtest/default", overrides=["backtest.purge=false"])
     assert instantiate(default.backtest, _convert_="all") == RollingSchedule(
-        retrain_every=5, train_window=500, window="sliding", valid_days=20, embargo=2, purge=True
+        retrain_every=20, train_window=500, window="sliding", valid_days=20, embargo=2, purge=True
     )
     assert instantiate(demo.backtest, _convert_="all").purge is False
     with pytest.raises(Exception, match="leak_demo=true"):  # hydra wraps the ConfigError
