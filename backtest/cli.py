@@ -102,7 +102,10 @@ class _FoldProgress:
 
 
 def _trial_sharpe_var(tracker: Any, study: str | None) -> float:
-    """Variance of the Sharpe ratios already recorded in ``study`` (0 for a lone run)."""
+    """Variance of the Sharpe ratios already recorded in ``study`` (0 for a lone run).
+
+    Provisional inside a sweep: a job only sees the runs finished before it, so the sweep's end
+    recomputes every job's DSR with the whole study (:func:`deflate_study`)."""
     if not study:
         return 0.0
     runs = tracker.study_runs(study)
@@ -280,25 +283,67 @@ class SweepTracking(Callback):
 
     def __init__(self) -> None:
         self.parent = None
+        self.tracker = None
+        self.study = ""
+        self.n_trials = 1
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from backtest.tracking import Tracker
 
         tracking_cfg = _build(config.tracking)
-        tracker = Tracker.from_config(tracking_cfg, PROJECT_DIR)
-        n_trials = sweep_size(list(config.hydra.overrides.task))
-        study = tracking_cfg.study or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
-        self.parent = tracker.create_run(f"{study} ({n_trials} runs)", study=study, n_trials=n_trials, kind="sweep")
+        self.tracker = Tracker.from_config(tracking_cfg, PROJECT_DIR)
+        self.n_trials = sweep_size(list(config.hydra.overrides.task))
+        self.study = tracking_cfg.study or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+        self.parent = self.tracker.create_run(
+            f"{self.study} ({self.n_trials} runs)", study=self.study, n_trials=self.n_trials, kind="sweep"
+        )
         os.environ[ENV_PARENT] = self.parent.run_id
-        os.environ[ENV_TRIALS] = str(n_trials)
-        os.environ[ENV_STUDY] = study
-        log.info("sweep %s: %d runs under parent run %s", study, n_trials, self.parent.run_id)
+        os.environ[ENV_TRIALS] = str(self.n_trials)
+        os.environ[ENV_STUDY] = self.study
+        log.info("sweep %s: %d runs under parent run %s", self.study, self.n_trials, self.parent.run_id)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        if self.parent is not None:
-            self.parent.end()
         for key in (ENV_PARENT, ENV_TRIALS, ENV_STUDY):
             os.environ.pop(key, None)
+        if self.parent is None:
+            return
+        try:
+            table = deflate_study(self.tracker, self.study, self.n_trials)
+            self.parent.log_metrics(table.attrs)
+            if len(table):
+                print(f"\nstudy {self.study}: {self.n_trials} trials, DSR against the best of them "
+                      f"(expected max Sharpe {table.attrs['expected_max_sharpe']:+.2f})")
+                print(table.to_string(float_format=lambda v: f"{v:+.3f}"))
+        finally:
+            self.parent.end()
+
+
+def deflate_study(tracker: Any, study: str, n_trials: int) -> pd.DataFrame:
+    """Recompute the DSR of every finished run of ``study`` against the whole study and log it (``dsr``,
+    step 1, so it supersedes the provisional value a job logged while the sweep was running).
+
+    Returns one row per finished run (``run_name``, ``sharpe``, ``dsr``, best first) with the study's
+    ``n_trials``, ``trial_sharpe_var`` and annualised ``expected_max_sharpe`` in ``attrs``.
+    """
+    from backtest import metrics as m
+
+    runs = tracker.study_runs(study, statuses=["FINISHED"])
+    sharpes = runs["metrics.sharpe"].dropna() if "metrics.sharpe" in runs.columns else pd.Series(dtype=float)
+    var = float(sharpes.var(ddof=1)) if len(sharpes) >= 2 else 0.0
+    rows = []
+    for run_id, sharpe in sharpes.items():
+        child = tracker.attach(run_id)
+        value = m.dsr(child.load_frame("data/daily_returns.parquet")["strategy"], n_trials, var)
+        child.log_metrics({"dsr": value}, step=1)
+        rows.append({"run_id": run_id, "run_name": runs.at[run_id, "run_name"], "sharpe": sharpe, "dsr": value})
+    table = pd.DataFrame(rows, columns=["run_id", "run_name", "sharpe", "dsr"]).set_index("run_id")
+    table = table.sort_values("sharpe", ascending=False)
+    table.attrs = {
+        "n_trials": float(n_trials),
+        "trial_sharpe_var": var,
+        "expected_max_sharpe": m.expected_max_sharpe(n_trials, var),  # annualised, as the Sharpes
+    }
+    return table
 
 
 def sweep_size(task_overrides: list[str]) -> int:

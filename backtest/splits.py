@@ -332,6 +332,12 @@ class RollingSchedule:
                 "rolling schedule: purge DISABLED (leak demonstration); training uses every sample dated "
                 "before the decision date, including labels that end after it"
             )
+            if self.valid_days > 0:
+                log.warning(
+                    "rolling schedule: with valid_days=%d the leaky labels fall in the validation tail, "
+                    "where they only steer early stopping; valid_days=0 trains on them, as the original "
+                    "research did (experiment=leak_demo)", self.valid_days,
+                )
         cal = calendar.values.astype(_NS)
         horizon = int((cal.searchsorted(ends.end) - pos).max())  # trading days from sample to label_end
         folds = [self._fold(i, block, calendar, cal, ends, pos, horizon) for i, block in enumerate(blocks)]

@@ -730,6 +730,11 @@ class Tracker:
             raise
         run.end("FINISHED")
 
+    def attach(self, run_id: str) -> BacktestRun:
+        """A handle on an existing run of this store (e.g. a finished child of a sweep), to read its
+        artifacts or log more metrics to it. Ending it is left to whoever started it."""
+        return BacktestRun(self, run_id, None)
+
     def study_runs(
         self, study: str, *, kind: RunKind | None = "backtest", statuses: Sequence[str] | None = None
     ) -> pd.DataFrame:
@@ -896,6 +901,18 @@ class BacktestRun:
     def log_json(self, obj: Any, artifact_file: str) -> None:
         """Write ``obj`` as JSON (dates and numpy scalars as strings) and log it at ``artifact_file``."""
         self._log_text(json.dumps(obj, indent=2, default=str, ensure_ascii=False), artifact_file)
+
+    def load_frame(self, artifact_file: str) -> pd.DataFrame:
+        """Read back a ``.parquet`` artifact written by :meth:`log_frame`."""
+        with tempfile.TemporaryDirectory(prefix="rankbacktest-artifact-") as tmp:
+            try:
+                path = self.tracker.client.download_artifacts(self.run_id, artifact_file, tmp)
+            except (MlflowException, OSError) as exc:
+                raise TrackingError(
+                    f"run {self.run_id} has no readable artifact {artifact_file!r}: {exc}. Fix: read a run "
+                    "made by `python -m backtest`, whose artifacts are complete."
+                ) from exc
+            return pd.read_parquet(path)
 
     def list_artifacts(self, path: str | None = None) -> list[str]:
         """Paths of the run's artifacts (recursively) under ``path``; files only."""

@@ -7,12 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 
 from backtest import cli
-from backtest.metrics import HEADLINE_KEYS
+from backtest.metrics import HEADLINE_KEYS, dsr, expected_max_sharpe
 
 EXPERIMENTS = sorted(p.stem for p in (Path(cli.CONF_DIR) / "experiment").glob("*.yaml"))
 TINY = ["data.n_stocks=60", "data.n_members=40", "data.start=2023-06-01", "backtest.test_start=2025-09-01",
@@ -111,3 +113,17 @@ def test_sweep_groups_child_runs_under_one_parent(tmp_path: Path) -> None:
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
     assert {c.data.tags["n_trials"] for c in children} == {"2"}
     assert len({c.data.tags["study"] for c in children}) == 1
+    # the sweep's end deflates every child's Sharpe against the whole study (a job alone sees only
+    # the runs before it): dsr logged again at step 1, from the two children's Sharpe variance
+    sharpes = [c.data.metrics["sharpe"] for c in children]
+    var = float(np.var(sharpes, ddof=1))
+    assert parents[0].data.metrics["trial_sharpe_var"] == pytest.approx(var)
+    assert parents[0].data.metrics["expected_max_sharpe"] == pytest.approx(expected_max_sharpe(2, var))
+    for child in children:
+        history = client.get_metric_history(child.info.run_id, "dsr")
+        assert sorted(p.step for p in history) == [0, 1]
+        returns = pd.read_parquet(client.download_artifacts(child.info.run_id, "data/daily_returns.parquet",
+                                                            str(tmp_path)))["strategy"]
+        assert child.data.metrics["dsr"] == pytest.approx(dsr(returns, 2, var), abs=1e-12)
+        assert var == 0 or child.data.metrics["dsr"] < child.data.metrics["psr"]
+    assert "2 trials, DSR against the best of them" in proc.stdout

@@ -1,4 +1,4 @@
-"""Tracking against a real MLflow SQLite store (and, marked slow, a real `mlflow server`)."""
+"""Tracking against a real MLflow SQLite store; marked slow: a real `mlflow server` on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -443,12 +443,28 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def server_backend(request, tmp_path: Path):
+    """The backend store of the test's MLflow server: a SQLite file, or a real PostgreSQL (a team store)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'server.db'}"
+        return
+    pgserver = pytest.importorskip("pgserver")
+    postgres = pgserver.get_server(tmp_path / "pgdata", cleanup_mode="stop")
+    try:
+        postgres.psql("CREATE DATABASE mlflow;")
+        # pgserver listens on a unix socket: postgresql://postgres:@/postgres?host=/path
+        yield postgres.get_uri("mlflow").replace("postgresql://", "postgresql+psycopg2://", 1)
+    finally:
+        postgres.cleanup()
+
+
 @pytest.mark.slow
-def test_tracker_logs_through_a_real_mlflow_server(tmp_path: Path) -> None:
+def test_tracker_logs_through_a_real_mlflow_server(server_backend: str, tmp_path: Path) -> None:
     port = _free_port()
     log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", server_backend,
          "--artifacts-destination", str(tmp_path / "served-artifacts"), "--host", "127.0.0.1", "--port",
          str(port), "--workers", "1"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -479,6 +495,14 @@ def test_tracker_logs_through_a_real_mlflow_server(tmp_path: Path) -> None:
         assert run.list_artifacts() == ["config/config.yaml"]
         assert list((tmp_path / "served-artifacts").rglob("config.yaml"))  # proxied to the server's folder
         assert study_runs(uri, "served", "srv")["metrics.sharpe"].tolist() == [1.25]
+        if server_backend.startswith("postgresql"):  # the run really lives in PostgreSQL
+            import sqlalchemy
+
+            engine = sqlalchemy.create_engine(server_backend)
+            with engine.connect() as db:
+                rows = db.execute(sqlalchemy.text("SELECT run_uuid, status FROM runs")).all()
+            engine.dispose()
+            assert rows == [(run.run_id, "FINISHED")]
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
