@@ -8,6 +8,7 @@ data or config ends with its message and exit status 2, never a traceback.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import math
@@ -301,6 +302,11 @@ class SweepTracking(Callback):
         os.environ[ENV_TRIALS] = str(self.n_trials)
         os.environ[ENV_STUDY] = self.study
         log.info("sweep %s: %d runs under parent run %s", self.study, self.n_trials, self.parent.run_id)
+        atexit.register(self._end_stopped_sweep)  # a failing job ends the process, not the multirun
+
+    def _end_stopped_sweep(self) -> None:
+        if self.parent is not None:  # no-op once on_multirun_end has ended it
+            self.parent.end("FAILED", error="the sweep stopped before its last job: a job failed (see its log)")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         for key in (ENV_PARENT, ENV_TRIALS, ENV_STUDY):

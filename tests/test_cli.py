@@ -100,6 +100,18 @@ def test_unknown_option_is_a_clear_error(tmp_path: Path) -> None:
     assert "nonexistent" in proc.stderr
 
 
+def test_a_failing_sweep_job_stops_the_sweep_and_fails_its_parent_run(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'stopped.db'}"
+    proc = _cli(["-m", *TINY, "backtest.embargo=2,-1", f"tracking.uri={uri}"], tmp_path)
+    assert proc.returncode == 2 and "embargo must be >= 0" in proc.stderr and "Traceback" not in proc.stderr
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("rankbacktest").experiment_id])
+    by_kind = {r.data.tags["run_kind"]: r for r in runs}
+    assert len(runs) == 2 and set(by_kind) == {"sweep", "backtest"}  # the second job failed before its run
+    assert by_kind["backtest"].info.status == "FINISHED"
+    assert by_kind["sweep"].info.status == "FAILED" and "a job failed" in by_kind["sweep"].data.tags["error"]
+
+
 def test_sweep_groups_child_runs_under_one_parent(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'sweep.db'}"
     proc = _cli(["-m", *TINY, "features=all,no_volatility", f"tracking.uri={uri}"], tmp_path)
