@@ -317,9 +317,11 @@ class SweepTracking(Callback):
             table = deflate_study(self.tracker, self.study, self.n_trials)
             self.parent.log_metrics(table.attrs)
             if len(table):
-                print(f"\nstudy {self.study}: {self.n_trials} trials, DSR against the best of them "
-                      f"(expected max Sharpe {table.attrs['expected_max_sharpe']:+.2f})")
+                print(f"\nstudy {self.study}: {table.attrs['n_trials']:.0f} trials, DSR against the best of "
+                      f"them (expected max Sharpe {table.attrs['expected_max_sharpe']:+.2f})")
                 print(table.to_string(float_format=lambda v: f"{v:+.3f}"))
+        except BacktestError as exc:  # the jobs' own results stand; only the study-wide DSR is missing
+            log.warning("sweep %s: the study-wide DSR was not recomputed: %s", self.study, exc)
         finally:
             self.parent.end()
 
@@ -328,12 +330,16 @@ def deflate_study(tracker: Any, study: str, n_trials: int) -> pd.DataFrame:
     """Recompute the DSR of every finished run of ``study`` against the whole study and log it (``dsr``,
     step 1, so it supersedes the provisional value a job logged while the sweep was running).
 
-    Returns one row per finished run (``run_name``, ``sharpe``, ``dsr``, best first) with the study's
-    ``n_trials``, ``trial_sharpe_var`` and annualised ``expected_max_sharpe`` in ``attrs``.
+    The number of trials is the larger of ``n_trials`` (the sweep's size) and the runs the study holds,
+    failed ones included (a study name reused by several sweeps counts all of them). Returns one row per
+    finished run (``run_name``, ``sharpe``, ``dsr``, best first) with the study's ``n_trials``,
+    ``trial_sharpe_var`` and annualised ``expected_max_sharpe`` in ``attrs``.
     """
     from backtest import metrics as m
 
-    runs = tracker.study_runs(study, statuses=["FINISHED"])
+    runs = tracker.study_runs(study)
+    n_trials = max(n_trials, len(runs))
+    runs = runs[runs["status"] == "FINISHED"]
     sharpes = runs["metrics.sharpe"].dropna() if "metrics.sharpe" in runs.columns else pd.Series(dtype=float)
     var = float(sharpes.var(ddof=1)) if len(sharpes) >= 2 else 0.0
     rows = []
