@@ -71,6 +71,8 @@ from urllib.parse import urlsplit
 
 # Telemetry would try to reach the network (there is none here); it must be off before mlflow loads.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# Reading a run's artifacts back (a sweep's study table) must not draw progress bars into the output.
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 import mlflow  # noqa: E402
 import numpy as np  # noqa: E402
