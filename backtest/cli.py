@@ -317,13 +317,21 @@ class SweepTracking(Callback):
             table = deflate_study(self.tracker, self.study, self.n_trials)
             self.parent.log_metrics(table.attrs)
             if len(table):
+                self.parent.log_frame(table, "study/trials.csv")
                 print(f"\nstudy {self.study}: {table.attrs['n_trials']:.0f} trials, DSR against the best of "
                       f"them (expected max Sharpe {table.attrs['expected_max_sharpe']:+.2f})")
-                print(table.to_string(float_format=lambda v: f"{v:+.3f}"))
+                shown = table[["run_name", *STUDY_METRICS]].rename(columns=STUDY_HEADERS)
+                print(shown.to_string(index=False, float_format=lambda v: f"{v:+.3f}"))
         except BacktestError as exc:  # the jobs' own results stand; only the study-wide DSR is missing
             log.warning("sweep %s: the study-wide DSR was not recomputed: %s", self.study, exc)
         finally:
             self.parent.end()
+
+
+#: Metrics of each trial in a study's table, the study-wide ``dsr`` last.
+STUDY_METRICS = ("sharpe", "sharpe_ex_best_month", "sharpe_ci_low", "sharpe_ci_high", "rank_ic_mean", "dsr")
+STUDY_HEADERS = {"run_name": "run", "sharpe": "Sharpe", "sharpe_ex_best_month": "ex best month",
+                 "sharpe_ci_low": "CI low", "sharpe_ci_high": "CI high", "rank_ic_mean": "rank IC", "dsr": "DSR"}
 
 
 def deflate_study(tracker: Any, study: str, n_trials: int) -> pd.DataFrame:
@@ -332,8 +340,9 @@ def deflate_study(tracker: Any, study: str, n_trials: int) -> pd.DataFrame:
 
     The number of trials is the larger of ``n_trials`` (the sweep's size) and the runs the study holds,
     failed ones included (a study name reused by several sweeps counts all of them). Returns one row per
-    finished run (``run_name``, ``sharpe``, ``dsr``, best first) with the study's ``n_trials``,
-    ``trial_sharpe_var`` and annualised ``expected_max_sharpe`` in ``attrs``.
+    finished run, best Sharpe first: ``run_name``, the config values that differ between the runs
+    (``params.<key>``), then :data:`STUDY_METRICS`; the study's ``n_trials``, ``trial_sharpe_var`` and
+    annualised ``expected_max_sharpe`` are in ``attrs``.
     """
     from backtest import metrics as m
 
@@ -342,13 +351,16 @@ def deflate_study(tracker: Any, study: str, n_trials: int) -> pd.DataFrame:
     runs = runs[runs["status"] == "FINISHED"]
     sharpes = runs["metrics.sharpe"].dropna() if "metrics.sharpe" in runs.columns else pd.Series(dtype=float)
     var = float(sharpes.var(ddof=1)) if len(sharpes) >= 2 else 0.0
-    rows = []
-    for run_id, sharpe in sharpes.items():
+    runs = runs.loc[sharpes.index]
+    varied = [c for c in runs.columns if c.startswith("params.") and runs[c].nunique(dropna=False) > 1]
+    table = runs[["run_name", *varied]].copy()
+    for key in STUDY_METRICS:
+        table[key] = runs.get(f"metrics.{key}", pd.Series(float("nan"), index=runs.index))
+    for run_id in table.index:
         child = tracker.attach(run_id)
         value = m.dsr(child.load_frame("data/daily_returns.parquet")["strategy"], n_trials, var)
         child.log_metrics({"dsr": value}, step=1)
-        rows.append({"run_id": run_id, "run_name": runs.at[run_id, "run_name"], "sharpe": sharpe, "dsr": value})
-    table = pd.DataFrame(rows, columns=["run_id", "run_name", "sharpe", "dsr"]).set_index("run_id")
+        table.loc[run_id, "dsr"] = value
     table = table.sort_values("sharpe", ascending=False)
     table.attrs = {
         "n_trials": float(n_trials),

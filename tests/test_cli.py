@@ -139,3 +139,11 @@ def test_sweep_groups_child_runs_under_one_parent(tmp_path: Path) -> None:
         assert child.data.metrics["dsr"] == pytest.approx(dsr(returns, 2, var), abs=1e-12)
         assert var == 0 or child.data.metrics["dsr"] < child.data.metrics["psr"]
     assert "2 trials, DSR against the best of them" in proc.stdout
+    trials = pd.read_csv(client.download_artifacts(parents[0].info.run_id, "study/trials.csv", str(tmp_path)),
+                         index_col=0)
+    assert set(trials.index) == {c.info.run_id for c in children}
+    assert sorted(trials["params.features.name"]) == ["all", "no_volatility"]  # what the sweep varied
+    assert "params.seed" not in trials.columns  # ... and only that
+    assert trials["sharpe"].is_monotonic_decreasing
+    for child in children:
+        assert trials.at[child.info.run_id, "dsr"] == pytest.approx(child.data.metrics["dsr"])
