@@ -17,6 +17,12 @@ from backtest.features.cache import FeatureCache
 CACHE_DIR = Path(__file__).resolve().parents[1] / ".cache"
 
 
+def cache_paths(root: Path | str | None = None) -> tuple[Path, Path]:
+    """(feature cache, fold checkpoints) directories under ``root`` (default: the project's ``.cache``)."""
+    root = CACHE_DIR if root is None else Path(root)
+    return root / "features", root / "checkpoints"
+
+
 def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -26,8 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["list", "clear"], nargs="?", default="list")
     parser.add_argument("which", choices=["features", "checkpoints", "all"], nargs="?", default="all")
     args = parser.parse_args(argv)
-    features = FeatureCache(CACHE_DIR / "features")
-    checkpoints = CACHE_DIR / "checkpoints"
+    feature_dir, checkpoints = cache_paths()
+    features = FeatureCache(feature_dir)
     if args.action == "list":
         print(f"cache directory: {CACHE_DIR}")
         if args.which in ("features", "all"):

@@ -35,7 +35,6 @@ log = logging.getLogger("backtest")
 EXIT_USER_ERROR = 2
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 CONF_DIR = str(PROJECT_DIR / "conf")
-CACHE_DIR = PROJECT_DIR / ".cache"
 
 ENV_PARENT = "RANKBACKTEST_PARENT_RUN_ID"
 ENV_TRIALS = "RANKBACKTEST_N_TRIALS"
@@ -118,6 +117,7 @@ def _trial_sharpe_var(tracker: Any, study: str | None) -> float:
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """The main job: load, backtest under the guards, record in MLflow, print the summary."""
+    from backtest.cache import cache_paths
     from backtest.engine import EngineOptions, run_backtest
     from backtest.tracking import Provenance, Tracker
 
@@ -130,11 +130,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     ranker_factory = _build(cfg.model, _partial_=True)
     ranker_factory()  # fail now on a bad model config
     engine_cfg = cfg.engine
-    cache_dir = Path(engine_cfg.cache_dir) if engine_cfg.get("cache_dir") else CACHE_DIR
+    feature_dir, checkpoint_dir = cache_paths(engine_cfg.get("cache_dir") or None)
     options = EngineOptions(
         n_jobs=int(engine_cfg.n_jobs), backend=str(engine_cfg.backend),
-        feature_cache_dir=cache_dir / "features" if engine_cfg.feature_cache else None,
-        checkpoint_dir=cache_dir / "checkpoints" if engine_cfg.checkpoints else None,
+        feature_cache_dir=feature_dir if engine_cfg.feature_cache else None,
+        checkpoint_dir=checkpoint_dir if engine_cfg.checkpoints else None,
         audit_cutoffs=int(engine_cfg.audit_cutoffs),
     )
     leak_demo = bool(schedule.leak_demo)

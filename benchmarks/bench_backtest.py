@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/bench_backtest.py                  # all ~97 weekly folds (long: the naive
                                                                    # loop alone takes the better part of an hour)
     .venv/bin/python benchmarks/bench_backtest.py --main-job       # `python -m backtest` with a cold cache
+    .venv/bin/python benchmarks/bench_backtest.py --folds 8 --modes warm --profile   # where a fold's time goes
 
 Shape (issue: the rolling backtest): the default synthetic market (300 members), `features=all` (285
 columns), weekly retraining over the two test years, a three-year (730 trading days) sliding window with a
@@ -20,7 +21,9 @@ the total for the folds run, and the ratios naive / binned and naive / warm.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import logging
+import pstats
 import subprocess
 import sys
 import tempfile
@@ -63,6 +66,7 @@ def main() -> None:
     parser.add_argument("--folds", type=int, default=0, help="run only the first N folds (0 = all)")
     parser.add_argument("--modes", nargs="+", default=["naive", "binned", "warm"])
     parser.add_argument("--main-job", action="store_true", help="time `python -m backtest` from a cold cache")
+    parser.add_argument("--profile", action="store_true", help="cProfile the fold loops; print the top functions")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -95,7 +99,13 @@ def main() -> None:
 
     totals = {}
     for mode in args.modes:
+        profiler = cProfile.Profile() if args.profile else None
+        if profiler:
+            profiler.enable()
         prep, per_fold = folds_run(mode, samples, data, folds)
+        if profiler:
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(8)
         totals[mode] = prep + sum(per_fold)
         print(f"{mode:7} one-off prep {prep:6.1f} s   per fold median {np.median(per_fold):6.2f} s   "
               f"total {totals[mode]:7.1f} s", flush=True)
