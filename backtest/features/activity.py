@@ -7,15 +7,11 @@ Turnover is ``amount / float_mv`` (traded value over free-float market value).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
+from backtest.features.indicator import Compute, Indicator
 from backtest.features.inputs import MarketData, activity_min_periods
-from backtest.features.registry import Indicator
 from backtest.features.rolling import rolling_corr, rolling_mean, rolling_std
-
-Compute = Callable[[MarketData], np.ndarray]
 
 
 def turnover(m: MarketData) -> np.ndarray:

@@ -10,16 +10,12 @@ base runs had industry for 4.7% of stocks, and filling it in was a separate expe
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from backtest.features.cross_section import peer_mean
+from backtest.features.indicator import Compute, Indicator
 from backtest.features.inputs import MarketData
-from backtest.features.registry import Indicator
 from backtest.features.rolling import lag
-
-Compute = Callable[[MarketData], np.ndarray]
 
 
 def industry_label(m: MarketData) -> np.ndarray:

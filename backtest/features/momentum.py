@@ -6,15 +6,11 @@ All read the adjusted close (and the open for the overnight / intraday split); s
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
+from backtest.features.indicator import Compute, Indicator
 from backtest.features.inputs import MarketData
-from backtest.features.registry import Indicator
 from backtest.features.rolling import ewm_mean, ewm_span_alpha, lag, rolling_max, rolling_mean, rolling_min, rolling_trend
-
-Compute = Callable[[MarketData], np.ndarray]
 
 
 def moving_average(m: MarketData, window: int) -> np.ndarray:

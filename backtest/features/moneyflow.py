@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from backtest.features.indicator import Indicator
 from backtest.features.inputs import MarketData, activity_min_periods
-from backtest.features.registry import Indicator
 from backtest.features.rolling import rolling_sum
 
 

@@ -7,13 +7,11 @@ divided by the close so that they compare across stocks of different price level
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
+from backtest.features.indicator import Compute, Indicator
 from backtest.features.inputs import MarketData, activity_min_periods
 from backtest.features.momentum import exponential_average
-from backtest.features.registry import Indicator
 from backtest.features.rolling import (
     ewm_mean,
     ewm_span_alpha,
@@ -24,8 +22,6 @@ from backtest.features.rolling import (
     rolling_min,
     rolling_sum,
 )
-
-Compute = Callable[[MarketData], np.ndarray]
 
 
 def _rsi(n: int) -> Compute:

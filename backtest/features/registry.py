@@ -1,18 +1,7 @@
 """The indicator registry: every per-stock feature the framework can build, with what it needs.
 
-An :class:`Indicator` is a named, documented function of the wide inputs of one panel
-(:class:`~backtest.features.inputs.MarketData`) that returns a (date x code) matrix. It declares
-
-- ``inputs``: the panel columns it reads (it is dropped when one is missing from the panel);
-- ``lookback``: how many earlier trading days its value at ``t`` reads (rows ``t - lookback .. t``);
-  a stock has no value before that much history (activity averages, which need only half of their
-  window of traded days, may start earlier). Recursive averages (EMA, Wilder) have a longer, decaying
-  memory; their lookback is the warm-up before the first value;
-- ``group``: the family it belongs to (momentum, oscillator, volatility, activity, moneyflow, industry,
-  size), for documentation and reports;
-- ``aggregate``: whether feature sets add its time aggregates (``_ma5``, ``_ma20``) by default;
-- ``cross_sectional``: whether the cross-sectional transforms (``_cs_rank``, ``_cs_z``) apply (not for
-  labels such as ``industry_id``).
+Each entry is an :class:`~backtest.features.indicator.Indicator` (name, compute function, inputs,
+lookback, group, flags); the indicator modules define them and this module collects them in a fixed order.
 
 The registry is an immutable value, never a global that modules register into: :func:`default_registry`
 builds the library's registry, and :meth:`FeatureRegistry.extended` returns a new registry with extra
@@ -23,65 +12,31 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from backtest.errors import ConfigError, preview
-from backtest.features.inputs import MarketData
+from backtest.features import activity, industry, momentum, moneyflow, oscillators, size, volatility
+
+# re-exported: the public names of the indicator type stay importable from here
+from backtest.features.indicator import GROUPS, RESERVED_SUFFIXES, Indicator
 
 #: Bump when a change to indicator or transform code changes any feature value: it is part of every
 #: feature fingerprint and cache key, so stale cached features are never reused.
 FEATURE_CODE_VERSION = "1"
 
-GROUPS: tuple[str, ...] = ("momentum", "oscillator", "volatility", "activity", "moneyflow", "industry", "size")
-
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-#: suffixes the transforms append; a base name ending in one would make column names ambiguous
-RESERVED_SUFFIXES: tuple[str, ...] = ("_cs_rank", "_cs_z", "_ind_neu")
-
-
-@dataclass(frozen=True)
-class Indicator:
-    """A per-stock feature: a causal function of the wide inputs of a panel.
-
-    Attributes
-    ----------
-    name : column name of the feature (lowercase, ``[a-z0-9_]``).
-    compute : ``compute(market) -> ndarray`` of shape (n_dates, n_codes); value at row ``t`` may use
-        rows ``<= t`` only. Non-finite results are turned into NaN by the builder.
-    inputs : panel columns read.
-    lookback : earlier trading days the value at ``t`` reads (for recursive averages: the warm-up).
-    group : one of ``GROUPS``.
-    description : one line: what it measures, with its formula.
-    aggregate : feature sets add its ``_ma{w}`` time aggregates by default.
-    cross_sectional : the cross-sectional transforms apply to it.
-    """
-
-    name: str
-    compute: Callable[[MarketData], np.ndarray]
-    inputs: tuple[str, ...]
-    lookback: int
-    group: str
-    description: str
-    aggregate: bool = False
-    cross_sectional: bool = True
-
-    def __post_init__(self) -> None:
-        if not _NAME.match(self.name) or self.name.endswith(RESERVED_SUFFIXES) or re.search(r"_ma\d+$", self.name):
-            raise ConfigError(
-                f"indicator name {self.name!r} is invalid: use lowercase letters, digits and underscores, "
-                f"and do not end it with a transform suffix ({', '.join(RESERVED_SUFFIXES)}, _ma<N>)"
-            )
-        if self.group not in GROUPS:
-            raise ConfigError(f"indicator {self.name!r}: unknown group {self.group!r}; known: {', '.join(GROUPS)}")
-        if self.lookback < 0:
-            raise ConfigError(f"indicator {self.name!r}: lookback must be >= 0, got {self.lookback}")
-        if not self.inputs:
-            raise ConfigError(f"indicator {self.name!r}: declare the panel columns it reads in `inputs`")
+__all__ = [
+    "FEATURE_CODE_VERSION",
+    "GROUPS",
+    "RESERVED_SUFFIXES",
+    "FeatureRegistry",
+    "Indicator",
+    "default_registry",
+    "describe_indicators",
+    "unknown_names_message",
+]
 
 
 @dataclass(frozen=True)
@@ -147,8 +102,6 @@ def unknown_names_message(kind: str, unknown: list[str], known: list[str]) -> st
 def default_registry() -> FeatureRegistry:
     """The library's indicators, in a fixed order (momentum, oscillators, volatility, activity, money
     flow, industry, size)."""
-    from backtest.features import activity, industry, momentum, moneyflow, oscillators, size, volatility
-
     return FeatureRegistry(
         (
             *momentum.INDICATORS,

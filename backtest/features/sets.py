@@ -28,7 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 
 from backtest.errors import ConfigError, preview
-from backtest.features.registry import FeatureRegistry, Indicator, unknown_names_message
+from backtest.features.indicator import Indicator
+from backtest.features.registry import FeatureRegistry, unknown_names_message
 
 log = logging.getLogger("backtest.features")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from backtest.features.indicator import Indicator
 from backtest.features.inputs import MarketData
-from backtest.features.registry import Indicator
 
 
 def log_mv(m: MarketData) -> np.ndarray:

@@ -7,16 +7,12 @@ everything derived from them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
+from backtest.features.indicator import Compute, Indicator
 from backtest.features.inputs import MarketData
 from backtest.features.momentum import moving_average
-from backtest.features.registry import Indicator
 from backtest.features.rolling import lag, rolling_max, rolling_mean, rolling_min, rolling_skew, rolling_std
-
-Compute = Callable[[MarketData], np.ndarray]
 
 
 def _vol(n: int) -> Compute:
