@@ -170,7 +170,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             progress.close()
         provenance = Provenance(
             data_fingerprint=data_fp, feature_fingerprint=result.features.fingerprint,
-            leak_guard=result.leak_guard, feature_audit="passed" if result.feature_audit == "passed" else "failed",
+            leak_guard=result.leak_guard, feature_audit=result.feature_audit,
             leak_demo=leak_demo,
         )
         mlrun.log_provenance(provenance)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from backtest.errors import ConfigError, FeatureAuditError, InsufficientHistoryError, LeakageError
+from backtest.errors import ConfigError, FeatureAuditError, InsufficientHistoryError
 from backtest.features.audit import AuditReport, audit_features
 from backtest.features.build import FeatureMatrix, build_features
 from backtest.features.cache import load_or_build_features
@@ -40,7 +40,8 @@ from backtest.features.sets import FeatureSetSpec, select_top_k_by_gain
 from backtest.labels import Labels, LabelSpec, make_labels
 from backtest.metrics import daily_ic, headline_metrics, ndcg_at_k
 from backtest.portfolio import PortfolioResult, PortfolioSpec, simulate
-from backtest.splits import Fold, LeakageRecord, RollingSchedule
+from backtest.leakage import LeakageRecord, feature_audit_status, fold_rows, leak_guard_status
+from backtest.splits import Fold, RollingSchedule
 from models.base import Ranker, RankingData
 
 log = logging.getLogger(__name__)
@@ -203,12 +204,11 @@ def run_backtest(
     fold_metrics = pd.DataFrame([{"fold": o.fold, **o.metrics} for o in outcomes]).set_index("fold")
     importance = pd.DataFrame({o.fold: o.importance for o in outcomes}).T.rename_axis("fold").fillna(0.0)
     records = [f.record for f in folds]
-    leak_guard = "disabled" if not schedule.purge else ("failed" if any(r.leaky for r in records) else "passed")
     timings["total_s"] = time.perf_counter() - started
     return BacktestResult(
         scores=scores, portfolio=result, metrics=metrics, fold_metrics=fold_metrics, records=records,
         importance=importance, audit=audit, labels=labels, features=matrix, feature_names=list(matrix.names),
-        leak_guard=leak_guard, feature_audit="passed" if audit is not None else "disabled",
+        leak_guard=leak_guard_status(records), feature_audit=feature_audit_status(audit),
         feature_cache_hit=cache_hit, timings=timings,
     )
 
@@ -218,9 +218,8 @@ def run_backtest(
 
 def _fold_sets(samples: RankingData, data: RankingData, fold: Fold) -> tuple[RankingData, RankingData | None, np.ndarray]:
     """Training and validation sets (from the labelled ``samples``) and the prediction rows of ``data``."""
-    train_rows = np.flatnonzero(np.isin(samples.dates, fold.train_dates.values.astype("datetime64[ns]")))
-    valid_rows = np.flatnonzero(np.isin(samples.dates, fold.valid_dates.values.astype("datetime64[ns]")))
-    predict_rows = np.flatnonzero(np.isin(data.dates, fold.predict_dates.values.astype("datetime64[ns]")))
+    train_rows, valid_rows, _ = fold_rows(fold, samples.dates)
+    predict_rows = fold_rows(fold, data.dates)[2]
     valid = samples.take(valid_rows) if len(valid_rows) else None
     return samples.take(train_rows), valid, predict_rows
 

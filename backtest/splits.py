@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 from math import comb
 
 import numpy as np
 import pandas as pd
 
-from backtest.errors import ConfigError, DataContractError, InsufficientHistoryError, LeakageError, preview
+from backtest.errors import ConfigError, DataContractError, InsufficientHistoryError, preview
+from backtest.leakage import LabelEnds, LeakageRecord, check_fold, day_label, fold_rows, purge_violations, sample_dates_of
 
 log = logging.getLogger(__name__)
 
@@ -45,49 +46,7 @@ _NS = "datetime64[ns]"
 
 
 # ----------------------------------------------------------------------------------------------------
-# Records and folds
-
-
-@dataclass(frozen=True)
-class LeakageRecord:
-    """The leakage evidence of one fold: what was trained on, up to which ``label_end``, and the cutoff.
-
-    ``leaky`` is True when a training or validation ``label_end`` lies after its cutoff; it can only be
-    True when the purge was switched off (``purge=False``), because a purged fold that breaks the rule
-    raises :class:`~backtest.errors.LeakageError` instead.
-    """
-
-    fold: int
-    decision_date: pd.Timestamp
-    cutoff: pd.Timestamp
-    embargo: int
-    purge: bool
-    train_start: pd.Timestamp
-    train_end: pd.Timestamp
-    valid_start: pd.Timestamp | None
-    valid_end: pd.Timestamp | None
-    valid_cutoff: pd.Timestamp | None
-    max_train_label_end: pd.Timestamp
-    max_valid_label_end: pd.Timestamp | None
-    n_train_samples: int
-    n_valid_samples: int
-    n_purged: int
-    leaky: bool
-
-    @property
-    def leak_guard(self) -> str:
-        """``"passed"``, ``"failed"`` or ``"disabled"`` (the tag vocabulary of DESIGN.md)."""
-        if not self.purge:
-            return "disabled"
-        return "failed" if self.leaky else "passed"
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain-Python form (dates as ``YYYY-MM-DD`` strings) for JSON artifacts and tracking."""
-        out: dict[str, object] = {}
-        for key, value in asdict(self).items():
-            out[key] = value.strftime("%Y-%m-%d") if isinstance(value, pd.Timestamp) else value
-        out["leak_guard"] = self.leak_guard
-        return out
+# Folds
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,59 +76,19 @@ class Fold:
         return self.record.cutoff
 
     def sample_positions(self, index: pd.Index) -> tuple[np.ndarray, np.ndarray]:
-        """Row positions of the training and validation samples in ``index``.
-
-        Parameters
-        ----------
-        index : DatetimeIndex of sample dates, or (date, code) MultiIndex (e.g. ``labels.index`` or the
-            feature matrix's index).
-
-        Returns
-        -------
-        (train_idx, valid_idx) : int64 arrays of positions into ``index``.
+        """Row positions of the training and validation samples in ``index`` (a DatetimeIndex of sample
+        dates, or a (date, code) MultiIndex); :func:`backtest.leakage.fold_rows` without the prediction rows.
         """
-        sample_dates = index.get_level_values(0) if isinstance(index, pd.MultiIndex) else index
-        return (
-            np.flatnonzero(sample_dates.isin(self.train_dates)),
-            np.flatnonzero(sample_dates.isin(self.valid_dates)),
-        )
+        train, valid, _ = fold_rows(self, index)
+        return train, valid
 
     def __str__(self) -> str:
         return (
-            f"fold {self.fold}: decide {_day(self.decision_date)}"
+            f"fold {self.fold}: decide {day_label(self.decision_date)}"
             f"  predict {_span(self.predict_dates)}"
             f"  train {_span(self.train_dates)}"
             f"  valid {_span(self.valid_dates)}"
-            f"  cutoff {_day(self.cutoff)}"
-        )
-
-
-def check_fold(fold: Fold, label_end: pd.Series) -> None:
-    """Raise ``LeakageError`` if the fold trains or validates on a label that ends after its cutoff.
-
-    Checks, against ``label_end`` (not against how the fold was built): every training ``label_end``
-    <= ``fold.record.cutoff`` and, when there is a validation tail, <= ``fold.record.valid_cutoff``;
-    every validation ``label_end`` <= the cutoff; no training or validation date on or after the
-    decision date; no training date among the prediction dates.
-
-    Parameters
-    ----------
-    fold : Fold
-    label_end : Series of datetime64 indexed by sample date or (date, code), sorted by date.
-
-    Raises
-    ------
-    LeakageError
-        Naming the fold, its decision date and cutoff, and the offending dates with their label_end.
-    """
-    problems = _violations(fold, _LabelEnds.of(label_end))
-    if problems:
-        raise LeakageError(
-            f"Fold {fold.fold} (decision {_day(fold.decision_date)}, cutoff {_day(fold.cutoff)} = "
-            f"{fold.record.embargo} trading days of embargo before the decision) leaks: "
-            + "; ".join(problems)
-            + ". Keep purge=True; a hand-built fold must take training dates with "
-            "label_end <= cutoff (and <= valid_cutoff when it has a validation tail)."
+            f"  cutoff {day_label(self.cutoff)}"
         )
 
 
@@ -273,8 +192,8 @@ class RollingSchedule:
             object.__setattr__(self, name, _parse_date(f"backtest.{name}", getattr(self, name)))
         if self.test_start is not None and self.test_end is not None and self.test_start > self.test_end:
             raise ConfigError(
-                f"backtest.test_start ({_day(self.test_start)}) is after backtest.test_end "
-                f"({_day(self.test_end)}); swap them or set one to null."
+                f"backtest.test_start ({day_label(self.test_start)}) is after backtest.test_end "
+                f"({day_label(self.test_end)}); swap them or set one to null."
             )
 
     def test_period(self, dates: pd.DatetimeIndex) -> tuple[pd.Timestamp, pd.Timestamp]:
@@ -322,7 +241,7 @@ class RollingSchedule:
     def folds(self, dates: pd.DatetimeIndex, label_end: pd.Series) -> list[Fold]:
         """All folds as a list; see :meth:`split`."""
         calendar = _calendar(dates)
-        ends = _LabelEnds.of(label_end)
+        ends = LabelEnds.of(label_end)
         pos = _positions_on(calendar, ends.dates, "label_end's sample dates")
         test = self._test_dates(calendar)
         test_pos = calendar.get_indexer(test)
@@ -360,7 +279,7 @@ class RollingSchedule:
         test = calendar[(calendar >= start) & (calendar <= end)]
         if len(test) == 0:
             raise ConfigError(
-                f"The test period {_day(start)}..{_day(end)} holds no trading day of the data "
+                f"The test period {day_label(start)}..{day_label(end)} holds no trading day of the data "
                 f"({_span(calendar)}). Set backtest.test_start / backtest.test_end inside the data."
             )
         return test
@@ -371,7 +290,7 @@ class RollingSchedule:
         block: np.ndarray,
         calendar: pd.DatetimeIndex,
         cal: np.ndarray,
-        ends: "_LabelEnds",
+        ends: "LabelEnds",
         pos: np.ndarray,
         horizon: int,
     ) -> Fold:
@@ -387,10 +306,10 @@ class RollingSchedule:
                 needed = self.train_window + gap
                 parts = f"train_window {self.train_window} + a purge gap of {gap}"
             return InsufficientHistoryError(
-                f"Fold {number} (decision {_day(decision)}) {what}. With labels reaching {horizon} trading "
+                f"Fold {number} (decision {day_label(decision)}) {what}. With labels reaching {horizon} trading "
                 f"days ahead and embargo {e}, a fold needs about {needed} trading days of labelled history "
                 f"before its decision ({parts} = horizon + embargo - 1); it has {p - int(pos[0])} (labels "
-                f"start {_day(ends.dates[0])}). Fix: move backtest.test_start later, load more history, or "
+                f"start {day_label(ends.dates[0])}). Fix: move backtest.test_start later, load more history, or "
                 f"shorten backtest.train_window / valid_days / embargo."
             )
 
@@ -400,7 +319,7 @@ class RollingSchedule:
         before = pos < p
         usable = before & (ends.end <= cutoff) if self.purge else before
         if not usable.any():
-            raise insufficient(f"has no sample with label_end <= the cutoff {_day(calendar[p - e])}")
+            raise insufficient(f"has no sample with label_end <= the cutoff {day_label(calendar[p - e])}")
         last_usable = int(pos[usable].max())
 
         valid_cutoff = None
@@ -452,7 +371,7 @@ class RollingSchedule:
             valid_dates=ends.dates[valid],
             record=record,
         )
-        if _violations(fold, ends):
+        if purge_violations(fold, ends):
             if self.purge:
                 check_fold(fold, ends.as_series())  # a bug guard: raises with the full message
             fold = replace(fold, record=replace(record, leaky=True))
@@ -578,7 +497,7 @@ class CombinatorialPurgedKFold:
 
     def groups(self, label_end: pd.Series) -> np.ndarray:
         """Group number (0 .. n_groups - 1) of every sample of ``label_end``, in its row order."""
-        sample_dates = _sample_dates(label_end)
+        sample_dates = sample_dates_of(label_end)
         unique = np.unique(sample_dates)
         if len(unique) < self.n_groups:
             raise InsufficientHistoryError(
@@ -609,8 +528,8 @@ class CombinatorialPurgedKFold:
         InsufficientHistoryError
             Fewer distinct dates than groups, or a split left without training samples.
         """
-        ends = _LabelEnds.of(label_end)  # validates order and label_end > date
-        sample_dates = _sample_dates(label_end)
+        ends = LabelEnds.of(label_end)  # validates order and label_end > date
+        sample_dates = sample_dates_of(label_end)
         sample_end = label_end.to_numpy().astype(_NS)
         if dates is None:
             calendar = pd.DatetimeIndex(np.union1d(ends.dates.values.astype(_NS), ends.end))
@@ -654,71 +573,6 @@ class CombinatorialPurgedKFold:
 # Shared validation and reductions
 
 
-@dataclass(frozen=True, eq=False)
-class _LabelEnds:
-    """``label_end`` reduced to one row per sample date: the latest label_end and the sample count."""
-
-    dates: pd.DatetimeIndex
-    end: np.ndarray  # datetime64[ns], latest label_end of each date
-    counts: np.ndarray  # int64, samples of each date
-
-    @classmethod
-    def of(cls, label_end: pd.Series) -> "_LabelEnds":
-        sample_dates = _sample_dates(label_end)
-        if not pd.api.types.is_datetime64_any_dtype(label_end.dtype):
-            raise DataContractError(
-                f"label_end must hold datetime64 trading days; got dtype {label_end.dtype}. "
-                f"Pass Labels.label_end from make_labels()."
-            )
-        values = label_end.to_numpy().astype(_NS)
-        if len(values) == 0:
-            raise InsufficientHistoryError("label_end is empty: there are no labelled samples to split.")
-        if np.isnat(values).any():
-            raise DataContractError(
-                f"label_end has {int(np.isnat(values).sum())} missing values. Samples without a complete "
-                f"label window must be dropped, not kept with NaT (make_labels drops them)."
-            )
-        bad = np.flatnonzero(values <= sample_dates)
-        if len(bad):
-            raise DataContractError(
-                f"label_end must be after each sample's date; {len(bad)} samples are not, e.g. "
-                f"{preview([f'{_day(sample_dates[i])} -> {_day(values[i])}' for i in bad[:5]], 5)}."
-            )
-        starts = np.flatnonzero(np.r_[True, sample_dates[1:] != sample_dates[:-1]])
-        return cls(
-            dates=pd.DatetimeIndex(sample_dates[starts], name="date"),
-            end=np.maximum.reduceat(values.view(np.int64), starts).view(_NS),
-            counts=np.diff(np.r_[starts, len(values)]).astype(np.int64),
-        )
-
-    def as_series(self) -> pd.Series:
-        return pd.Series(self.end, index=self.dates, name="label_end")
-
-
-def _sample_dates(label_end: pd.Series) -> np.ndarray:
-    """The sample dates (level 0) of ``label_end`` as datetime64[ns], checked to be sorted."""
-    if not isinstance(label_end, pd.Series):
-        raise DataContractError(
-            f"label_end must be a pandas Series indexed by date or (date, code); got {type(label_end).__name__}."
-        )
-    index = label_end.index
-    level = index.get_level_values(0) if isinstance(index, pd.MultiIndex) else index
-    if not pd.api.types.is_datetime64_any_dtype(level.dtype):
-        raise DataContractError(
-            f"label_end must be indexed by sample date (or (date, code)); its first index level has dtype "
-            f"{level.dtype}. Pass Labels.label_end from make_labels()."
-        )
-    values = np.asarray(level.values).astype(_NS)
-    down = np.flatnonzero(values[1:] < values[:-1])
-    if len(down):
-        i = int(down[0])
-        raise DataContractError(
-            f"label_end's sample dates must be sorted ascending; row {i + 1} ({_day(values[i + 1])}) comes "
-            f"after row {i} ({_day(values[i])}). Sort it with label_end.sort_index()."
-        )
-    return values
-
-
 def _calendar(dates: pd.DatetimeIndex) -> pd.DatetimeIndex:
     """The trading calendar, checked to be strictly increasing."""
     try:
@@ -734,7 +588,7 @@ def _calendar(dates: pd.DatetimeIndex) -> pd.DatetimeIndex:
         kind = "repeats" if values[i + 1] == values[i] else "comes after"
         raise DataContractError(
             f"dates must be sorted ascending and unique (the trading calendar); position {i + 1} "
-            f"({_day(values[i + 1])}) {kind} position {i} ({_day(values[i])}). Pass e.g. "
+            f"({day_label(values[i + 1])}) {kind} position {i} ({day_label(values[i])}). Pass e.g. "
             f"panel.index.get_level_values('date').unique().sort_values()."
         )
     return calendar
@@ -746,43 +600,10 @@ def _positions_on(calendar: pd.DatetimeIndex, days: pd.DatetimeIndex, what: str)
     if len(missing):
         raise DataContractError(
             f"{what} must be trading days of the calendar ({_span(calendar)}); {len(missing)} are not, "
-            f"e.g. {preview([_day(d) for d in missing], 5)}. Pass the calendar of the panel the labels "
+            f"e.g. {preview([day_label(d) for d in missing], 5)}. Pass the calendar of the panel the labels "
             f"were made from."
         )
     return pos
-
-
-def _violations(fold: Fold, ends: _LabelEnds) -> list[str]:
-    """The purge-rule breaches of ``fold`` against ``ends`` (empty when the fold is clean)."""
-    record = fold.record
-    known = ends.dates.values.astype(_NS)
-    problems: list[str] = []
-
-    def late(days: pd.DatetimeIndex, limit: pd.Timestamp, role: str, limit_name: str) -> None:
-        values = days.values.astype(_NS)
-        at = np.minimum(np.searchsorted(known, values), len(known) - 1)
-        found = known[at] == values  # dates without samples cannot leak
-        end = ends.end[at[found]]
-        bad = np.flatnonzero(end > np.datetime64(limit, "ns"))
-        if len(bad):
-            problems.append(
-                f"{len(bad)} {role} dates have label_end after the {limit_name} {_day(limit)}: "
-                + ", ".join(f"{_day(values[found][i])} (label_end {_day(end[i])})" for i in bad[:5])
-                + (f" (and {len(bad) - 5} more)" if len(bad) > 5 else "")
-            )
-
-    late(fold.train_dates, record.cutoff, "training", "cutoff")
-    late(fold.valid_dates, record.cutoff, "validation", "cutoff")
-    if record.valid_cutoff is not None and len(fold.valid_dates):
-        late(fold.train_dates, record.valid_cutoff, "training", "validation cutoff")
-    for role, days in (("training", fold.train_dates), ("validation", fold.valid_dates)):
-        ahead = days[days >= fold.decision_date]
-        if len(ahead):
-            problems.append(f"{len(ahead)} {role} dates on or after the decision date: {preview(map(_day, ahead))}")
-    shared = np.intersect1d(fold.train_dates.values.astype(_NS), fold.predict_dates.values.astype(_NS))
-    if len(shared):
-        problems.append(f"training dates that are also prediction dates: {preview(map(_day, shared))}")
-    return problems
 
 
 def _check_int(name: str, value: object, low: int) -> None:
@@ -804,11 +625,7 @@ def _parse_date(name: str, value: object) -> pd.Timestamp | None:
     return stamp
 
 
-def _day(value: object) -> str:
-    return pd.Timestamp(value).strftime("%Y-%m-%d")
-
-
 def _span(days: pd.DatetimeIndex) -> str:
     if len(days) == 0:
         return "none"
-    return f"{_day(days[0])}..{_day(days[-1])} ({len(days)})"
+    return f"{day_label(days[0])}..{day_label(days[-1])} ({len(days)})"

@@ -5,9 +5,9 @@
 Each figure is a ratio against a baseline measured in the same process (the machines are shared and
 noisy, absolute seconds are not comparable between runs):
 
-- fold metrics: 24 folds x 60 keys = 1,440 points through ``BacktestRun.log_fold_metrics`` (batched)
+- fold metrics: 24 folds x 60 keys = 1,440 points through ``TrackedRun.log_fold_metrics`` (batched)
   vs one ``MlflowClient.log_metric`` call per point (STACK.md: ~7 ms a call);
-- params: 300 flattened params through ``BacktestRun.log_params`` vs one ``log_param`` call each;
+- params: 300 flattened params through ``TrackedRun.log_params`` vs one ``log_param`` call each;
 - feature value drift: ``feature_value_drift`` (PSI + KS per feature) vs a straightforward pandas
   version (``qcut`` on the reference, ``cut`` + ``value_counts`` on the current sample, scipy KS);
   and with ``max_rows=50_000``;

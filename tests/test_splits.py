@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 import backtest.splits as splits_module
 from backtest.errors import ConfigError, DataContractError, InsufficientHistoryError, LeakageError
 from backtest.labels import LabelSpec, make_labels
-from backtest.splits import CombinatorialPurgedKFold, Fold, LeakageRecord, RollingSchedule, check_fold
+from backtest.leakage import LeakageRecord, check_fold
+from backtest.splits import CombinatorialPurgedKFold, Fold, RollingSchedule
 
 CAL = pd.bdate_range("2024-01-01", periods=40, name="date")  # 2024-01-01 .. 2024-02-23
 

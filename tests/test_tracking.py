@@ -19,7 +19,7 @@ import pytest
 
 from backtest.errors import ConfigError, TrackingError
 from backtest.tracking import (
-    ARTIFACT_DIRS,
+    ARTIFACTS,
     MAX_PARAM_VALUE_CHARS,
     Provenance,
     Tracker,
@@ -213,11 +213,12 @@ def test_keys_with_characters_mlflow_refuses_are_sanitized() -> None:
         ("disabled", "passed", False, "false"),
         ("passed", "failed", False, "false"),
         ("failed", "failed", False, "false"),
-        ("disabled", "passed", True, "false"),
-        ("passed", "passed", True, "false"),  # a leak demo is never comparable (survivorship demos pass)
+        ("passed", "disabled", False, "false"),  # a switched-off audit is not a pass
+        ("disabled", "passed", True, "false"),  # the leak demonstration: purge off
+        ("passed", "passed", True, "true"),  # its purged twin: the guards passed, so it is comparable
     ],
 )
-def test_comparable_only_when_both_guards_passed_and_not_a_leak_demo(
+def test_comparable_exactly_when_both_guards_passed(
     tmp_path: Path, leak_guard: str, feature_audit: str, leak_demo: bool, comparable: str
 ) -> None:
     provenance = Provenance("d", "f", leak_guard, feature_audit, leak_demo)  # type: ignore[arg-type]
@@ -229,10 +230,10 @@ def test_comparable_only_when_both_guards_passed_and_not_a_leak_demo(
 
 
 @pytest.mark.parametrize(
-    ("leak_guard", "feature_audit"), [("ok", "passed"), ("passed", "disabled"), ("PASSED", "passed")]
+    ("leak_guard", "feature_audit"), [("ok", "passed"), ("passed", "skipped"), ("PASSED", "passed")]
 )
 def test_guard_markers_outside_the_contract_are_refused(leak_guard: str, feature_audit: str) -> None:
-    with pytest.raises(ConfigError, match="expected 'passed'"):
+    with pytest.raises(ConfigError, match="expected one of passed, failed, disabled"):
         Provenance("d", "f", leak_guard, feature_audit)  # type: ignore[arg-type]
 
 
@@ -289,7 +290,7 @@ def test_run_records_params_metrics_with_steps_tags_and_artifacts(tracker: Track
         run.log_metrics({"sharpe": 0.7, "max_drawdown": -0.25, "n_folds": 3})
         run.log_frame(returns, "data/returns.parquet")
         run.log_json({"fold": 1, "purged": 12}, "leakage/purge.json")
-        run.log_artifact(reports, ARTIFACT_DIRS["reports"])
+        run.log_artifact(reports, ARTIFACTS.reports)
 
     stored = client.get_run(run.run_id)
     assert stored.info.status == "FINISHED"

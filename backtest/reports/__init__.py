@@ -6,7 +6,7 @@
 - :mod:`~backtest.reports.returns`: the daily-returns contract the three share.
 
 :func:`write_backtest_reports` writes them all into one folder, ready for
-``BacktestRun.log_artifact(folder, "reports")``.
+``TrackedRun.log_artifact(folder, ARTIFACTS.reports)``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from backtest.reports.files import REPORT_FILES
 from backtest.reports.drift import (
     ImportanceDrift,
     feature_value_drift,
@@ -30,6 +31,7 @@ from backtest.reports.tearsheet import Tearsheet, tearsheet_metrics, write_tears
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "REPORT_FILES",
     "ImportanceDrift",
     "Tearsheet",
     "feature_value_drift",
@@ -62,8 +64,8 @@ def write_backtest_reports(
 
     Parameters
     ----------
-    directory : output folder (created). Layout: ``tearsheet.html``, ``equity.png``, ``drawdown.png``,
-        ``drift/`` (see :func:`write_drift_report`).
+    directory : output folder (created); its files are named in :data:`REPORT_FILES` (the drift
+        folder's content: :func:`write_drift_report`).
     returns, benchmark : Series of daily strategy / equal-weight returns indexed by the same dates.
     title : tearsheet and plot title.
     importance : fold x feature gain, for the importance drift; None skips it.
@@ -80,14 +82,14 @@ def write_backtest_reports(
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     if tearsheet:
-        sheet = write_tearsheet(returns, benchmark, directory / "tearsheet.html", title=title)
+        sheet = write_tearsheet(returns, benchmark, directory / REPORT_FILES["tearsheet"], title=title)
         written.append(sheet.path)
     if plots:
-        written.append(plot_equity_curve(returns, benchmark, directory / "equity.png", log_scale=log_scale,
+        written.append(plot_equity_curve(returns, benchmark, directory / REPORT_FILES["equity"], log_scale=log_scale,
                                          title=f"{title}: equity curve"))
-        written.append(plot_drawdown(returns, benchmark, directory / "drawdown.png", title=f"{title}: drawdown"))
+        written.append(plot_drawdown(returns, benchmark, directory / REPORT_FILES["drawdown"], title=f"{title}: drawdown"))
     if drift_report and (importance is not None or value_drift is not None):
-        written += write_drift_report(directory / "drift", importance=importance, periods=periods,
+        written += write_drift_report(directory / REPORT_FILES["drift"], importance=importance, periods=periods,
                                       value_drift=value_drift)
     logger.info("wrote %d report files to %s", len(written), directory)
     return written

@@ -1,0 +1,87 @@
+"""Experiment tracking: one MLflow run per backtest, with its config, metrics, provenance and artifacts.
+
+The only package of the project that imports mlflow. Its modules, one job each:
+
+- :mod:`~backtest.tracking.store`: the ``tracking`` config, the store's URI and artifact location, and
+  :func:`prepare_store` (schema and experiment created once, before parallel jobs);
+- :mod:`~backtest.tracking.redaction`: secrets out of params, tags and URIs; the flattened params;
+- :mod:`~backtest.tracking.run`: :class:`Tracker`, built once by the CLI and passed down, and the
+  :class:`TrackedRun` handle of one open run;
+- :mod:`~backtest.tracking.queries`: a study's runs read back as a table;
+- :mod:`~backtest.tracking.layout`: where each artifact lives inside a run (:data:`ARTIFACTS`).
+
+What a run's guards and provenance say is decided outside, in :mod:`backtest.leakage` and
+:mod:`backtest.provenance`; this package only records it.
+
+What one run records
+--------------------
+============  ===============================================================================
+params        the flattened resolved config, dotted keys (``model.config.learning_rate``),
+              values as strings (lists as JSON), secrets redacted (:func:`redact_config`)
+metrics       headline metrics at step 0 (``sharpe``, ``max_drawdown``, ...); per-fold metrics
+              ``fold/<name>`` with ``step`` = fold number, so the UI draws one curve per key
+tags          ``git_commit``, ``git_dirty``, ``data_fingerprint``, ``feature_fingerprint``,
+              ``pkg.<name>``, ``leak_guard``, ``feature_audit``, ``comparable``, ``leak_demo``,
+              ``study``, ``n_trials``, ``run_kind`` (``backtest`` or ``sweep``), ``error``
+              (failed runs)
+artifacts     the paths of :data:`ARTIFACTS` (:class:`~backtest.tracking.layout.RunArtifacts`)
+============  ===============================================================================
+
+Example
+-------
+>>> tracker = Tracker.from_config(TrackingConfig(), project_dir=Path("/work/main"))  # doctest: +SKIP
+>>> with tracker.start_run(run_name="lambdarank", study="ablation") as run:           # doctest: +SKIP
+...     run.log_config(resolved_config)
+...     run.log_provenance(Provenance("d41d8cd9", "a3f2c1", leak_guard="passed", feature_audit="passed"))
+...     run.log_fold_metrics({1: {"ic": 0.03}, 2: {"ic": 0.01}})
+...     run.log_metrics({"sharpe": 0.7, "max_drawdown": -0.25})
+...     run.log_artifact(report_dir, ARTIFACTS.reports)
+"""
+
+from __future__ import annotations
+
+import os
+
+# Telemetry would try to reach the network (there is none here); it must be off before mlflow loads.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# Reading a run's artifacts back (a sweep's study table) must not draw progress bars into the output.
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+from backtest.provenance import Provenance, git_state, provenance_tags  # noqa: E402
+from backtest.tracking.layout import ARTIFACTS, RunArtifacts  # noqa: E402
+from backtest.tracking.queries import RunKind, study_runs  # noqa: E402
+from backtest.tracking.redaction import (  # noqa: E402
+    MAX_PARAM_VALUE_CHARS,
+    flatten_config,
+    is_secret_key,
+    redact_config,
+    redact_uri,
+)
+from backtest.tracking.run import TrackedRun, Tracker  # noqa: E402
+from backtest.tracking.store import (  # noqa: E402
+    TrackingConfig,
+    default_artifact_location,
+    prepare_store,
+    resolve_tracking_uri,
+)
+
+__all__ = [
+    "ARTIFACTS",
+    "MAX_PARAM_VALUE_CHARS",
+    "Provenance",
+    "RunArtifacts",
+    "RunKind",
+    "TrackedRun",
+    "Tracker",
+    "TrackingConfig",
+    "default_artifact_location",
+    "flatten_config",
+    "git_state",
+    "is_secret_key",
+    "prepare_store",
+    "provenance_tags",
+    "redact_config",
+    "redact_uri",
+    "resolve_tracking_uri",
+    "study_runs",
+]

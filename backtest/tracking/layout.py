@@ -1,0 +1,43 @@
+"""Where each artifact of a run lives: the one definition that writers, readers and tests import.
+
+A backtest run (``run_kind=backtest``) holds every path below except ``study_trials``; a sweep's parent
+run (``run_kind=sweep``) holds ``study_trials``. ``reports`` is a folder written by
+:func:`backtest.reports.write_backtest_reports` (its file names are in :data:`backtest.reports.REPORT_FILES`).
+
+Examples
+--------
+>>> ARTIFACTS.daily_returns
+'data/daily_returns.parquet'
+>>> ARTIFACTS.report("tearsheet")
+'reports/tearsheet.html'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backtest.reports.files import REPORT_FILES
+
+
+@dataclass(frozen=True)
+class RunArtifacts:
+    """Artifact paths inside a run (relative to its artifact root)."""
+
+    config: str = "config/config.yaml"  # the resolved config, secrets redacted
+    predictions: str = "data/predictions.parquet"  # score per (date, code) on the decision dates
+    positions: str = "data/positions.parquet"  # weights per (date, code)
+    daily_returns: str = "data/daily_returns.parquet"  # columns strategy, equal_weight; indexed by date
+    periods: str = "data/periods.csv"  # one row per rebalance period
+    fold_metrics: str = "data/fold_metrics.csv"  # one row per fold (also logged as fold/<name>, step = fold)
+    feature_importance: str = "data/feature_importance.csv"  # fold x feature gain
+    leakage_records: str = "guards/leakage_records.json"  # one LeakageRecord per fold
+    feature_audit: str = "guards/feature_audit.json"  # the look-ahead audit's verdict and offenders
+    reports: str = "reports"  # folder: tearsheet, plots, drift report
+    study_trials: str = "study/trials.csv"  # a sweep's parent run: one row per trial
+
+    def report(self, name: str) -> str:
+        """Path of one report file (a key of ``REPORT_FILES``)."""
+        return f"{self.reports}/{REPORT_FILES[name]}"
+
+
+ARTIFACTS = RunArtifacts()

@@ -1,0 +1,138 @@
+"""Secrets never reach the store: redaction of config values, URIs and tags, and MLflow-safe params.
+
+A config leaf is redacted whole when its dotted key names a secret (:data:`SECRET_KEY_PATTERN`); any
+other string keeps its text but loses URI passwords (``scheme://user:***@host``). Params are the
+flattened resolved config (:func:`flatten_config`), cut at MLflow's value limit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# MLflow's limits per value (mlflow.utils.validation).
+MAX_PARAM_VALUE_CHARS = 6000
+MAX_TAG_VALUE_CHARS = 8000
+
+SECRET_KEY_PATTERN = re.compile(r"token|password|passwd|secret|api[_-]?key|credential", re.IGNORECASE)
+# scheme://user:password@host -> scheme://user:***@host (the user name stays: it says who logged in).
+_URI_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):(?P<password>[^@\s/]+)@")
+REDACTED = "***"
+
+
+def redact_uri(value: str) -> str:
+    """Replace the password of every ``scheme://user:password@host`` in ``value`` by ``***``.
+
+    >>> redact_uri("postgresql://bob:hunter2@db:5432/mlflow")
+    'postgresql://bob:***@db:5432/mlflow'
+    """
+    return _URI_PASSWORD.sub(lambda m: f"{m.group('head')}:{REDACTED}@", value)
+
+
+def is_secret_key(key: str) -> bool:
+    """True when a (dotted) config key names a secret: token, password, secret, api_key, credential."""
+    return SECRET_KEY_PATTERN.search(key) is not None
+
+
+def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Copy of a nested config with secrets replaced by ``***``.
+
+    A leaf value (a list counts as one) is redacted whole when its dotted key matches
+    :data:`SECRET_KEY_PATTERN` (case-insensitive, anywhere in the path: ``db.password``,
+    ``tushare.token``, ``credentials.user``); keys stay visible. Strings anywhere else keep their text
+    but lose URI passwords (``scheme://user:***@host``).
+
+    Parameters
+    ----------
+    config : nested mappings / lists of plain values (``OmegaConf.to_container(cfg, resolve=True)``).
+
+    Returns
+    -------
+    dict : the same structure, redacted; ``config`` is not modified.
+    """
+    return _redact(config, "")
+
+
+def _redact(value: Any, key: str) -> Any:
+    if isinstance(value, Mapping):  # keep the keys visible, redact the leaves
+        return {k: _redact(v, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+    if key and is_secret_key(key):
+        return REDACTED
+    if isinstance(value, (list, tuple)):
+        return [_redact(v, key) for v in value]
+    if isinstance(value, str):
+        return redact_uri(value)
+    return value
+
+
+def flatten_config(config: Mapping[str, Any], max_chars: int = MAX_PARAM_VALUE_CHARS) -> dict[str, str]:
+    """Flatten a nested config to ``{dotted.key: str(value)}``, redacted, as MLflow params.
+
+    Parameters
+    ----------
+    config : nested mappings of plain values.
+    max_chars : values longer than this are cut (MLflow refuses params over 6000 chars) with a
+        ``...[+N chars]`` marker, and a warning is logged.
+
+    Returns
+    -------
+    dict : keys in depth-first order; lists become JSON (``["a", "b"]``), None becomes ``None``,
+        an empty mapping ``{}``; characters MLflow refuses in keys become ``_``.
+
+    Examples
+    --------
+    >>> flatten_config({"model": {"lr": 0.05, "api_key": "abc"}, "features": ["rsi", "macd"]})
+    {'model.lr': '0.05', 'model.api_key': '***', 'features': '["rsi", "macd"]'}
+    """
+    flat: dict[str, str] = {}
+
+    def walk(value: Any, key: str) -> None:
+        if isinstance(value, Mapping) and value:
+            for k, v in value.items():
+                walk(v, f"{key}.{k}" if key else str(k))
+            return
+        text = param_text(value)
+        if len(text) > max_chars:
+            marker = f"...[+{len(text) - max_chars} chars]"
+            logger.warning("param %s is %d chars long: cut to MLflow's limit of %d", key, len(text), max_chars)
+            text = text[: max_chars - len(marker)] + marker
+        flat[metric_key(key)] = text
+
+    walk(redact_config(config), "")
+    return flat
+
+
+def param_text(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "{}"
+    if isinstance(value, (list, tuple)):
+        return json.dumps(list(value), default=str, ensure_ascii=False)
+    return str(value)
+
+
+def metric_key(key: str) -> str:
+    """Make ``key`` acceptable to MLflow (alphanumerics, ``_ - . / : space``; no ``..`` or ``//``)."""
+    clean = re.sub(r"[^\w.\-/: ]", "_", key)
+    clean = re.sub(r"/{2,}", "/", clean).strip("/")
+    clean = re.sub(r"\.{2,}", ".", clean)
+    return clean or "_"
+
+
+def cut_text(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    marker = f"...[+{len(text) - limit} chars]"
+    return text[: limit - len(marker)] + marker
+
+
+def tag_values(tags: Mapping[str, Any]) -> dict[str, str]:
+    out = {}
+    for key, value in tags.items():
+        text = REDACTED if is_secret_key(str(key)) else redact_uri(param_text(value))
+        out[str(key)] = cut_text(text, MAX_TAG_VALUE_CHARS)
+    return out

@@ -1,0 +1,456 @@
+"""The run handle: a :class:`Tracker` opens MLflow runs in one experiment of one store, and each
+:class:`TrackedRun` logs params, metrics, tags and artifacts to its own ``run_id`` explicitly.
+
+Nothing relies on mlflow's global "active run", so runs of a multirun sweep cannot leak into each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import tempfile
+import time
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import mlflow
+import numpy as np
+import pandas as pd
+from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.exceptions import MlflowException
+
+from backtest.errors import TrackingError, preview
+from backtest.provenance import Provenance, provenance_tags
+from backtest.tracking.layout import ARTIFACTS
+from backtest.tracking.queries import RunKind, study_runs
+from backtest.tracking.redaction import (
+    MAX_TAG_VALUE_CHARS,
+    cut_text,
+    flatten_config,
+    metric_key,
+    redact_config,
+    redact_uri,
+    tag_values,
+)
+from backtest.tracking.store import TrackingConfig, default_artifact_location, prepare_store, resolve_tracking_uri
+
+logger = logging.getLogger(__name__)
+
+# MLflow's limits per log_batch call (mlflow.utils.validation).
+MAX_PARAMS_PER_BATCH = 100
+MAX_TAGS_PER_BATCH = 100
+MAX_METRICS_PER_BATCH = 1000
+
+
+class Tracker:
+    """Opens MLflow runs in one experiment of one store; pass it explicitly to whatever logs.
+
+    Parameters
+    ----------
+    uri : MLflow tracking URI; resolved with :func:`resolve_tracking_uri` (None = project SQLite).
+    experiment : experiment name; created (with :func:`prepare_store`) when missing.
+    project_dir : project root: default store location and the git checkout for provenance.
+    artifact_location : artifact root of a newly created experiment (database stores); None derives
+        it from ``uri`` (:func:`default_artifact_location`).
+    """
+
+    def __init__(
+        self,
+        uri: str | None,
+        experiment: str,
+        project_dir: Path | str,
+        artifact_location: str | None = None,
+    ) -> None:
+        self.project_dir = Path(project_dir).resolve()
+        self.uri = resolve_tracking_uri(uri, self.project_dir)
+        self.experiment = experiment
+        if artifact_location is None:
+            artifact_location = default_artifact_location(self.uri, experiment, self.project_dir)
+        self.experiment_id = prepare_store(self.uri, experiment, artifact_location, project_dir=self.project_dir)
+        self.client = mlflow.MlflowClient(tracking_uri=self.uri)
+
+    @classmethod
+    def from_config(cls, config: TrackingConfig, project_dir: Path | str) -> Tracker:
+        """Build the tracker of the ``tracking`` config group."""
+        return cls(config.uri, config.experiment, project_dir, config.artifact_location)
+
+    def __repr__(self) -> str:
+        return f"Tracker(uri={redact_uri(self.uri)!r}, experiment={self.experiment!r})"
+
+    def create_run(
+        self,
+        run_name: str | None = None,
+        *,
+        parent_run_id: str | None = None,
+        study: str | None = None,
+        n_trials: int | None = None,
+        kind: RunKind = "backtest",
+        tags: Mapping[str, Any] | None = None,
+    ) -> TrackedRun:
+        """Open a RUNNING run; the caller must call :meth:`TrackedRun.end`.
+
+        Prefer :meth:`start_run`; this form is for a sweep's parent run, opened in a launcher callback
+        and ended in another one.
+
+        Parameters
+        ----------
+        run_name : shown in the UI.
+        parent_run_id : nest this run under that one (tag ``mlflow.parentRunId``); the parent must
+            exist in this store (it may belong to another process).
+        study : sweep / ablation name (tag ``study``), the key of :func:`study_runs`.
+        n_trials : number of configurations tried in the study (tag ``n_trials``; for the DSR).
+        kind : ``backtest`` for one backtest, ``sweep`` for the parent of a sweep (tag ``run_kind``).
+        tags : more tags (redacted like params).
+        """
+        all_tags: dict[str, str] = {"run_kind": kind}
+        if parent_run_id is not None:
+            self._check_parent(parent_run_id)
+            all_tags["mlflow.parentRunId"] = parent_run_id
+        if study is not None:
+            all_tags["study"] = study
+        if n_trials is not None:
+            all_tags["n_trials"] = str(int(n_trials))
+        all_tags.update(tag_values(tags or {}))
+        try:
+            run = self.client.create_run(self.experiment_id, tags=all_tags, run_name=run_name)
+        except MlflowException as exc:
+            raise TrackingError(
+                f"MLflow refused to create a run in experiment {self.experiment!r} of "
+                f"{redact_uri(self.uri)!r}: {exc.message}"
+            ) from exc
+        logger.info("MLflow run %s (%s) started in %r", run.info.run_id, run.info.run_name, self.experiment)
+        return TrackedRun(self, run.info.run_id, run.info.run_name)
+
+    @contextlib.contextmanager
+    def start_run(
+        self,
+        run_name: str | None = None,
+        *,
+        parent_run_id: str | None = None,
+        study: str | None = None,
+        n_trials: int | None = None,
+        kind: RunKind = "backtest",
+        tags: Mapping[str, Any] | None = None,
+    ) -> Iterator[TrackedRun]:
+        """Context manager around one run: FINISHED on success, FAILED on an exception (with an
+        ``error`` tag), KILLED on KeyboardInterrupt; the exception is always re-raised.
+
+        Parameters are those of :meth:`create_run`.
+        """
+        run = self.create_run(
+            run_name, parent_run_id=parent_run_id, study=study, n_trials=n_trials, kind=kind, tags=tags
+        )
+        try:
+            yield run
+        except KeyboardInterrupt:
+            run.end("KILLED", error="KeyboardInterrupt")
+            raise
+        except SystemExit as exc:
+            if exc.code in (None, 0):
+                run.end("FINISHED")
+            else:
+                run.end("FAILED", error=f"SystemExit: {exc.code}")
+            raise
+        except BaseException as exc:
+            run.end("FAILED", error=f"{type(exc).__name__}: {exc}")
+            raise
+        run.end("FINISHED")
+
+    def attach(self, run_id: str) -> TrackedRun:
+        """A handle on an existing run of this store (e.g. a finished child of a sweep), to read its
+        artifacts or log more metrics to it. Ending it is left to whoever started it."""
+        return TrackedRun(self, run_id, None)
+
+    def study_runs(
+        self, study: str, *, kind: RunKind | None = "backtest", statuses: Sequence[str] | None = None
+    ) -> pd.DataFrame:
+        """:func:`study_runs` of this tracker's store and experiment."""
+        return study_runs(self.uri, self.experiment, study, kind=kind, statuses=statuses)
+
+    def _check_parent(self, parent_run_id: str) -> None:
+        try:
+            parent = self.client.get_run(parent_run_id)
+        except MlflowException as exc:
+            raise TrackingError(
+                f"Parent run {parent_run_id!r} not found in {redact_uri(self.uri)!r}: {exc.message}. "
+                "Fix: create the sweep's parent run in the same store before starting its jobs."
+            ) from exc
+        if parent.info.status != "RUNNING":
+            logger.warning(
+                "parent run %s is %s, not RUNNING: the child is nested anyway", parent_run_id, parent.info.status
+            )
+
+
+class TrackedRun:
+    """Handle of one open MLflow run: everything logged goes to ``run_id`` explicitly.
+
+    Made by :meth:`Tracker.start_run` / :meth:`Tracker.create_run`; not constructed directly.
+    """
+
+    def __init__(self, tracker: Tracker, run_id: str, run_name: str | None) -> None:
+        self.tracker = tracker
+        self.run_id = run_id
+        self.run_name = run_name
+        self._ended = False
+
+    def __repr__(self) -> str:
+        return f"TrackedRun(run_id={self.run_id!r}, run_name={self.run_name!r})"
+
+    # -- params, metrics, tags ---------------------------------------------------------------------
+
+    def log_params(self, config: Mapping[str, Any]) -> dict[str, str]:
+        """Log a nested config as flattened, redacted params (:func:`flatten_config`); return them.
+
+        Params are immutable in MLflow: logging a key again with another value raises TrackingError.
+        """
+        flat = flatten_config(config)
+        params = [Param(k, v) for k, v in flat.items()]
+        for chunk in _chunks(params, MAX_PARAMS_PER_BATCH):
+            self._log_batch("params", params=chunk)
+        return flat
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
+        """Log ``{name: value}`` at ``step`` (headline metrics: step 0), in batches of 1000.
+
+        NaN and inf are stored as such (MLflow keeps them); a value that is not a real number raises
+        TrackingError naming the key.
+        """
+        timestamp = _now_ms()
+        entries = [Metric(metric_key(k), _metric_value(k, v), timestamp, int(step)) for k, v in metrics.items()]
+        self._log_metric_entries(entries)
+
+    def log_fold_metrics(self, fold_metrics: Mapping[int, Mapping[str, float]] | pd.DataFrame) -> None:
+        """Log per-fold metrics as ``fold/<name>`` with ``step`` = fold number, in batches of 1000.
+
+        Parameters
+        ----------
+        fold_metrics : ``{fold: {name: value}}``, or a DataFrame indexed by fold number with one column
+            per metric (NaN cells are skipped: a metric a fold does not have).
+        """
+        if isinstance(fold_metrics, pd.DataFrame):
+            rows: Mapping[Any, Mapping[str, Any]] = {
+                fold: {k: v for k, v in row.items() if not _is_missing(v)}
+                for fold, row in fold_metrics.to_dict(orient="index").items()
+            }
+        else:
+            rows = fold_metrics
+        timestamp = _now_ms()
+        entries = []
+        for fold, values in rows.items():
+            step = _fold_step(fold)
+            for name, value in values.items():
+                key = f"fold/{name}"
+                entries.append(Metric(metric_key(key), _metric_value(key, value), timestamp, step))
+        self._log_metric_entries(entries)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        """Set tags (values as strings, redacted, cut at 8000 chars), in batches of 100."""
+        entries = [RunTag(metric_key(k), v) for k, v in tag_values(tags).items()]
+        for chunk in _chunks(entries, MAX_TAGS_PER_BATCH):
+            self._log_batch("tags", tags=chunk)
+
+    def log_provenance(self, provenance: Provenance) -> dict[str, str]:
+        """Set the provenance and guard tags (:func:`provenance_tags`); return them.
+
+        Logs a warning when the run is not comparable, saying which guard is why.
+        """
+        tags = provenance_tags(provenance, self.tracker.project_dir)
+        self.set_tags(tags)
+        if not provenance.comparable:
+            logger.warning(
+                "run %s is tagged comparable=false (leak_guard=%s, feature_audit=%s, leak_demo=%s): "
+                "its metrics must not be compared with other runs",
+                self.run_id,
+                provenance.leak_guard,
+                provenance.feature_audit,
+                provenance.leak_demo,
+            )
+        return tags
+
+    # -- artifacts ---------------------------------------------------------------------------------
+
+    def log_artifact(self, local_path: Path | str, artifact_path: str | None = None) -> None:
+        """Upload a file, or a directory's whole content, under ``artifact_path`` of the run.
+
+        A directory ``reports/`` logged with ``artifact_path="reports"`` lands as ``reports/<files>``.
+        """
+        local_path = Path(local_path)
+        if not local_path.exists():
+            raise TrackingError(
+                f"Artifact {local_path} does not exist (run {self.run_id}). Expected a file or a "
+                "directory written before logging it."
+            )
+        try:
+            if local_path.is_dir():
+                self.tracker.client.log_artifacts(self.run_id, str(local_path), artifact_path)
+            else:
+                self.tracker.client.log_artifact(self.run_id, str(local_path), artifact_path)
+        except MlflowException as exc:
+            raise TrackingError(
+                f"Could not log artifact {local_path} to run {self.run_id}: {exc.message}"
+            ) from exc
+
+    def log_config(self, config: Mapping[str, Any], artifact_file: str = ARTIFACTS.config) -> dict[str, str]:
+        """Log a resolved config twice: as flattened params and as a redacted YAML artifact.
+
+        Returns the flattened params.
+        """
+        import yaml  # PyYAML: a light dependency (mlflow's and omegaconf's); imported where needed
+
+        params = self.log_params(config)
+        text = yaml.safe_dump(_plain(redact_config(config)), sort_keys=False, allow_unicode=True)
+        self._log_text(text, artifact_file)
+        return params
+
+    def log_frame(self, frame: pd.DataFrame | pd.Series, artifact_file: str) -> None:
+        """Write a DataFrame (or Series) as ``.parquet`` or ``.csv`` (from the suffix) and log it.
+
+        Parameters
+        ----------
+        frame : e.g. predictions indexed by (date, code), daily returns indexed by date.
+        artifact_file : path inside the run, e.g. ``data/predictions.parquet``.
+        """
+        data = frame.to_frame() if isinstance(frame, pd.Series) else frame
+        suffix = Path(artifact_file).suffix.lower()
+        if suffix not in (".parquet", ".csv"):
+            raise TrackingError(
+                f"log_frame: artifact_file must end with .parquet or .csv, received {artifact_file!r}."
+            )
+        with tempfile.TemporaryDirectory(prefix="rankbacktest-artifact-") as tmp:
+            path = Path(tmp) / Path(artifact_file).name
+            if suffix == ".parquet":
+                data.to_parquet(path)
+            else:
+                data.to_csv(path)
+            self.log_artifact(path, _parent(artifact_file))
+
+    def log_json(self, obj: Any, artifact_file: str) -> None:
+        """Write ``obj`` as JSON (dates and numpy scalars as strings) and log it at ``artifact_file``."""
+        self._log_text(json.dumps(obj, indent=2, default=str, ensure_ascii=False), artifact_file)
+
+    def load_frame(self, artifact_file: str) -> pd.DataFrame:
+        """Read back a ``.parquet`` artifact written by :meth:`log_frame`."""
+        with tempfile.TemporaryDirectory(prefix="rankbacktest-artifact-") as tmp:
+            try:
+                path = self.tracker.client.download_artifacts(self.run_id, artifact_file, tmp)
+            except (MlflowException, OSError) as exc:
+                raise TrackingError(
+                    f"run {self.run_id} has no readable artifact {artifact_file!r}: {exc}. Fix: read a run "
+                    "made by `python -m backtest`, whose artifacts are complete."
+                ) from exc
+            return pd.read_parquet(path)
+
+    def list_artifacts(self, path: str | None = None) -> list[str]:
+        """Paths of the run's artifacts (recursively) under ``path``; files only."""
+        found: list[str] = []
+        stack = [path]
+        while stack:
+            for info in self.tracker.client.list_artifacts(self.run_id, stack.pop()):
+                (stack.append(info.path) if info.is_dir else found.append(info.path))
+        return sorted(found)
+
+    # -- end ---------------------------------------------------------------------------------------
+
+    def end(self, status: Literal["FINISHED", "FAILED", "KILLED"] = "FINISHED", error: str | None = None) -> None:
+        """Terminate the run with ``status`` (idempotent). ``error`` is stored in the ``error`` tag.
+
+        A failure of the store while ending is logged, not raised: it must not hide the exception
+        that ended the run.
+        """
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            if error is not None:
+                self.tracker.client.set_tag(self.run_id, "error", cut_text(redact_uri(error), MAX_TAG_VALUE_CHARS))
+            self.tracker.client.set_terminated(self.run_id, status=RunStatus.to_string(RunStatus.from_string(status)))
+            logger.info("MLflow run %s ended %s", self.run_id, status)
+        except Exception as exc:  # the store may be down: report, never mask the original error
+            logger.error("could not end MLflow run %s as %s: %s", self.run_id, status, exc)
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _log_metric_entries(self, entries: list[Metric]) -> None:
+        for chunk in _chunks(entries, MAX_METRICS_PER_BATCH):
+            self._log_batch("metrics", metrics=chunk)
+
+    def _log_batch(self, what: str, **entities: Sequence[Any]) -> None:
+        try:
+            self.tracker.client.log_batch(self.run_id, synchronous=True, **entities)
+        except MlflowException as exc:
+            names = [e.key for group in entities.values() for e in group]
+            hint = (
+                " Params are immutable: a key logged twice must keep its value; start a new run instead."
+                if what == "params" and "changing param values" in exc.message.lower()
+                else ""
+            )
+            raise TrackingError(
+                f"MLflow refused {what} ({preview(names)}) for run {self.run_id} in "
+                f"{redact_uri(self.tracker.uri)!r}: {exc.message.rstrip('.')}.{hint}"
+            ) from exc
+
+    def _log_text(self, text: str, artifact_file: str) -> None:
+        with tempfile.TemporaryDirectory(prefix="rankbacktest-artifact-") as tmp:
+            path = Path(tmp) / Path(artifact_file).name
+            path.write_text(text, encoding="utf-8")
+            self.log_artifact(path, _parent(artifact_file))
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _metric_value(key: str, value: Any) -> float:
+    if isinstance(value, (bool, np.bool_)):
+        raise TrackingError(f"Metric {key!r}: received the bool {value!r}; log 0/1 or a tag instead.")
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as exc:
+        raise TrackingError(
+            f"Metric {key!r}: expected a real number, received {value!r} ({type(value).__name__}). "
+            "Fix: log numbers only; put text into tags."
+        ) from exc
+    return number
+
+
+def _fold_step(fold: Any) -> int:
+    try:
+        step = int(fold)
+    except (TypeError, ValueError) as exc:
+        raise TrackingError(
+            f"Fold metrics: expected integer fold numbers as keys / index, received {fold!r}. "
+            "Fix: index the per-fold table by fold number (0, 1, 2, ...)."
+        ) from exc
+    if step != fold:
+        raise TrackingError(f"Fold metrics: fold number {fold!r} is not an integer.")
+    return step
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _parent(artifact_file: str) -> str | None:
+    parent = Path(artifact_file).parent.as_posix()
+    return None if parent in ("", ".") else parent
+
+
+def _plain(value: Any) -> Any:
+    """Nested containers of YAML-safe scalars (numpy scalars, Paths, dates become str or float)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if hasattr(value, "item"):  # numpy scalar
+        return value.item()
+    return str(value)
