@@ -131,7 +131,7 @@ def import_tushare(
     files: Mapping[str, str | None] | None = None,
     suspended_rows: str = "last_close",
 ) -> pd.DataFrame:
-    """Read a directory of Tushare exports and return the validated canonical panel.
+    r"""Read a directory of Tushare exports and return the validated canonical panel.
 
     Parameters
     ----------
@@ -158,9 +158,20 @@ def import_tushare(
 
     Examples
     --------
-    >>> panel = import_tushare("tests/data/fixtures/tushare")  # doctest: +SKIP
-    >>> panel.loc[("2024-01-03", "000001.SZ"), "volume"]  # 98765.43 lots  # doctest: +SKIP
-    9876543.0
+    A ``daily`` file alone: ``vol`` 1,500 lots and ``amount`` 1,500 thousand CNY become shares and CNY.
+
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     _ = Path(folder, "daily.csv").write_text(
+    ...         "ts_code,trade_date,open,high,low,close,vol,amount\n"
+    ...         "000001.SZ,20240103,10.0,10.5,9.9,10.0,1500,1500.0\n"
+    ...     )
+    ...     panel = import_tushare(folder)
+    >>> panel[["close", "volume", "amount"]]
+                          close    volume     amount
+    date       code
+    2024-01-03 000001.SZ   10.0  150000.0  1500000.0
     """
     if suspended_rows not in SUSPENDED_ROWS:
         raise ConfigError(f"import_tushare: suspended_rows must be one of {list(SUSPENDED_ROWS)}, got "
