@@ -1,14 +1,18 @@
-"""Shared fixtures: a seeded tiny synthetic market."""
+"""Shared fixtures: a seeded tiny synthetic market; the project's configs composed as the CLI does."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 
 import pandas as pd
 import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
+from backtest.cli import CONF_DIR  # noqa: E402
 from backtest.data.synthetic import SyntheticMarket, SyntheticMarketConfig, simulate_market  # noqa: E402
 
 TINY = SyntheticMarketConfig(seed=7, n_stocks=60, n_members=40, start="2021-01-01", end="2022-12-31")
@@ -24,3 +28,19 @@ def tiny_market() -> SyntheticMarket:
 def tiny_panel(tiny_market: SyntheticMarket) -> pd.DataFrame:
     """The canonical panel of ``tiny_market``. Session-scoped: never modify it in place."""
     return tiny_market.panel
+
+
+def _compose_config(overrides: Sequence[str] = (), config_name: str | None = "config") -> DictConfig:
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose(config_name=config_name, overrides=list(overrides))
+
+
+@pytest.fixture(scope="session")
+def compose_config() -> Callable[..., DictConfig]:
+    """``compose_config(overrides=(), config_name="config")``: a config composed from the project's
+    ``conf/`` directory, as ``rankbacktest`` composes it.
+
+    ``config_name`` may name one group option (``"label/default"``), or be ``None`` to compose only what
+    the overrides add (``["+features=all"]``).
+    """
+    return _compose_config

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 
 from backtest import cli
@@ -23,14 +22,9 @@ TINY = ["data.n_stocks=60", "data.n_members=40", "data.start=2023-06-01", "backt
         "engine.feature_cache=false", "engine.checkpoints=false", "tracking.tearsheet=false"]
 
 
-def _compose(overrides: list[str]):
-    with initialize_config_dir(config_dir=cli.CONF_DIR, version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
-
-
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_every_experiment_composes_and_builds(experiment: str) -> None:
-    cfg = _compose([f"experiment={experiment}"])
+def test_every_experiment_composes_and_builds(experiment: str, compose_config) -> None:
+    cfg = compose_config([f"experiment={experiment}"])
     for group in ("features", "label", "backtest", "portfolio", "tracking"):
         cli._build(cfg[group])
     cli._build(cfg.model, _partial_=True)()
@@ -39,15 +33,15 @@ def test_every_experiment_composes_and_builds(experiment: str) -> None:
 @pytest.mark.parametrize("group,option", [("model", "stock_transformer"), ("features", "price_only"),
                                           ("label", "three_class"), ("portfolio", "softmax_capped"),
                                           ("features", "top_k_selected")])
-def test_config_options_compose_and_build(group: str, option: str) -> None:
-    cfg = _compose([f"{group}={option}"])
+def test_config_options_compose_and_build(group: str, option: str, compose_config) -> None:
+    cfg = compose_config([f"{group}={option}"])
     built = cli._build(cfg[group], _partial_=True)() if group == "model" else cli._build(cfg[group])
     assert built is not None
 
 
-def test_main_job_records_one_complete_run(tmp_path: Path, capsys) -> None:
+def test_main_job_records_one_complete_run(tmp_path: Path, capsys, compose_config) -> None:
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
-    cfg = _compose(TINY + [f"tracking.uri={uri}"])
+    cfg = compose_config(TINY + [f"tracking.uri={uri}"])
     out = cli.run(cfg)
     client = MlflowClient(uri)
     run = client.get_run(out["run_id"])

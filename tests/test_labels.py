@@ -398,15 +398,10 @@ def test_on_the_tiny_synthetic_market(tiny_panel: pd.DataFrame) -> None:
 
 
 @pytest.mark.parametrize(("name", "processing"), [("default", "bins"), ("three_class", "three_class"), ("raw", "raw")])
-def test_label_configs_instantiate_the_spec(name: str, processing: str) -> None:
-    from pathlib import Path
-
-    from hydra import compose, initialize_config_dir
+def test_label_configs_instantiate_the_spec(name: str, processing: str, compose_config) -> None:
     from hydra.utils import instantiate
 
-    conf = Path(__file__).resolve().parents[1] / "conf"
-    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        cfg = compose(config_name=f"label/{name}")
+    cfg = compose_config(config_name=f"label/{name}")
     spec = instantiate(cfg.label, _convert_="all")
     assert spec == LabelSpec(processing=processing)
 

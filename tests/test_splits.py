@@ -468,17 +468,12 @@ def test_cpcv_split_groups_match_the_combinations() -> None:
         assert tuple(np.unique(groups[test])) == expected
 
 
-def test_backtest_config_instantiates_the_schedule() -> None:
-    from pathlib import Path
-
-    from hydra import compose, initialize_config_dir
+def test_backtest_config_instantiates_the_schedule(compose_config) -> None:
     from hydra.utils import instantiate
 
-    conf = Path(__file__).resolve().parents[1] / "conf"
-    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        default = compose(config_name="backtest/default")
-        demo = compose(config_name="backtest/default", overrides=["backtest.purge=false", "backtest.leak_demo=true"])
-        refused = compose(config_name="backtest/default", overrides=["backtest.purge=false"])
+    default = compose_config(config_name="backtest/default")
+    demo = compose_config(["backtest.purge=false", "backtest.leak_demo=true"], config_name="backtest/default")
+    refused = compose_config(["backtest.purge=false"], config_name="backtest/default")
     assert instantiate(default.backtest, _convert_="all") == RollingSchedule(
         retrain_every=20, train_window=500, window="sliding", valid_days=20, embargo=2, purge=True
     )

@@ -3,30 +3,25 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from backtest.errors import ConfigError
 from backtest.features import FeatureSetSpec, build_features, default_registry, plan_features, select_top_k_by_gain
 from backtest.features.sets import INDUSTRY_INDICATORS
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 SETS = ("all", "no_volatility", "no_moneyflow", "with_industry", "price_only", "top_k_selected")
 VOLATILITY = ("vol_5d", "vol_10d", "vol_20d", "boll_pctb", "boll_width", "atr_pct")
 
 
-def load_set(name: str) -> FeatureSetSpec:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name=None, overrides=[f"+features={name}"])  # independent of config.yaml
-    return instantiate(cfg.features, _convert_="all")
-
-
 @pytest.fixture(scope="module")
-def specs() -> dict[str, FeatureSetSpec]:
+def specs(compose_config) -> dict[str, FeatureSetSpec]:
+    def load_set(name: str) -> FeatureSetSpec:
+        cfg = compose_config([f"+features={name}"], config_name=None)  # independent of config.yaml
+        return instantiate(cfg.features, _convert_="all")
+
     return {name: load_set(name) for name in SETS}
 
 

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from models.base import Ranker
 from models.lambdarank import LambdaRankRanker
 from models.transformer_ranker import StockTransformerRanker
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
-
-
 @pytest.mark.parametrize(
     "name, cls", [("lambdarank", LambdaRankRanker), ("stock_transformer", StockTransformerRanker)]
 )
-def test_model_group_instantiates(name: str, cls: type) -> None:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=[f"model={name}", "seed=7"])
+def test_model_group_instantiates(name: str, cls: type, compose_config) -> None:
+    cfg = compose_config([f"model={name}", "seed=7"])
     ranker = instantiate(cfg.model, _convert_="all")
     assert isinstance(ranker, cls) and isinstance(ranker, Ranker)
     assert ranker.params["seed"] == 7
