@@ -15,14 +15,13 @@ number of trading days a label reaches past its sample date.
 
 Which samples get a label (the suspension rule)
 -----------------------------------------------
-A sample ``(t, code)`` is *eligible* when the panel has a row for it and, if the panel has an
-``in_universe`` column, the stock is a member on day ``t`` (point in time). An eligible sample is
-labelled only if the stock *trades* on both the entry day and the exit day. A stock trades on a day
-when it has a panel row that day, ``is_suspended`` is not True (when the column exists), ``volume`` is
-not zero (when the column exists: a zero-volume day is a suspension in data without the flag), and the
-adjusted price is finite and positive. Suspensions strictly between entry and exit do not exclude the
-sample: the position is held through them and both prices exist. Everything else is excluded, never
-filled:
+The rule is :mod:`backtest.data.tradability`'s, the one the portfolio and the features use. A sample
+``(t, code)`` is *eligible* when the panel has a row for it and, if the panel has an ``in_universe``
+column, the stock is a member on day ``t`` (point in time). An eligible sample is labelled only if the
+stock *trades* on both the entry day and the exit day: it has a panel row that day, the row is not
+suspended (``is_suspended`` True, or ``volume`` zero, with or without the flag), and the adjusted label
+price is finite and positive. Suspensions strictly between entry and exit do not exclude the sample:
+the position is held through them and both prices exist. Everything else is excluded, never filled:
 
 - ``end_of_data``: ``t + exit_offset`` lies beyond the last trading day of the panel;
 - ``not_trading_at_entry``: not listed yet, delisted, suspended or priceless on the entry day;
@@ -62,6 +61,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from backtest.data import tradability
 from backtest.data.panel import WideGrid, adjusted_price
 from backtest.data.schema import INDEX_NAMES, PRICE_COLUMNS
 from backtest.data.validate import validate_panel
@@ -235,7 +235,7 @@ def make_labels(
     ... )
     >>> labels = make_labels(panel, LabelSpec(exit_offset=3, processing="rank"))
     >>> pd.DataFrame({"fwd_return": labels.fwd_return.round(4), "label_end": labels.label_end,
-    ...               "target": labels.target})
+    ...               "target": labels.target})  # doctest: +NORMALIZE_WHITESPACE
                      fwd_return  label_end  target
     date       code
     2024-01-02 A         0.1818 2024-01-05     1.0
@@ -256,16 +256,8 @@ def make_labels(
         )
 
     price = grid.to_wide(adjusted_price(panel, spec.price_field), dtype=np.float64)
-    present = grid.present()
-    trading = present & np.isfinite(price) & (price > 0)
-    if "is_suspended" in panel.columns:
-        trading &= ~grid.to_wide(_as_bool(panel["is_suspended"]), dtype=bool, fill=False)
-    if "volume" in panel.columns:
-        volume = grid.to_wide(panel["volume"], dtype=np.float64)
-        trading &= ~(volume <= 0)  # NaN volume is no evidence of a suspension
-    eligible = present.copy()
-    if "in_universe" in panel.columns:
-        eligible &= grid.to_wide(_as_bool(panel["in_universe"]), dtype=bool, fill=False)
+    trading = tradability.trading(panel, grid, price)
+    eligible = tradability.eligible(panel, grid)
 
     n_eligible = int(eligible.sum())
     if n_eligible == 0:
@@ -371,7 +363,7 @@ def _resolve_price_field(panel: pd.DataFrame, spec: LabelSpec) -> LabelSpec:
     if spec.price_field == "open" and "close" in panel.columns:
         log.warning(
             "labels: the panel has no 'open' column; labels use close(t+%d) -> close(t+%d) instead "
-            "(trades still execute at the open in the portfolio)", spec.entry_offset, spec.exit_offset,
+            "(the portfolio also trades at the close on such a panel)", spec.entry_offset, spec.exit_offset,
         )
         return replace(spec, price_field="close")
     raise DataContractError(
@@ -407,11 +399,6 @@ def _lead(matrix: np.ndarray, k: int, fill: object) -> np.ndarray:
     if k < matrix.shape[0]:
         out[: matrix.shape[0] - k] = matrix[k:]
     return out
-
-
-def _as_bool(column: pd.Series) -> np.ndarray:
-    """A boolean flag column as a numpy bool array; missing values count as False."""
-    return column.fillna(False).astype(bool).to_numpy()
 
 
 def _span(dates: pd.DatetimeIndex) -> str:

@@ -25,13 +25,17 @@ Timing (see DESIGN.md, "Timing convention")
 - Prices are marked with ``adjusted_price(panel, "open")`` (raw open times ``adj_factor``), so
   dividends and splits do not create fake returns. A holding that cannot trade on a day (suspended,
   no row, no price) carries its last mark: a return of 0 until it trades again.
-- A panel without ``open`` is traded and marked at ``close`` instead (logged once); the timing is then
-  close(t+1) to close(t+2).
+- A panel without ``open`` is traded and marked at ``close`` instead (logged once): trades execute at
+  the close of ``t+1`` and the returns run close(t+1) to close(t+2).
 
 Tradability on the execution day ``e = t+1``
 --------------------------------------------
-- Suspended on ``e`` (``is_suspended``, or no row on ``e`` while the stock still has later rows, or
-  no finite fill price): cannot trade at all; a holding keeps its weight ("frozen").
+The rule is :mod:`backtest.data.tradability`'s, the same one the labels and the features use;
+eligibility is point-in-time membership on the decision day ``t``.
+
+- Not trading on ``e`` (no row on ``e`` while the stock still has later rows, ``is_suspended``, a zero
+  ``volume`` with or without the flag, or no finite positive fill or mark): cannot trade at all; a
+  holding keeps its weight ("frozen").
 - Opens at limit-up: cannot be bought. A ranked stock that cannot be bought is skipped and the next
   ranked eligible stock takes its place. A stock already held that is still in the top ``k`` is kept
   (it is not replaced because it cannot be topped up); its weight cannot grow.
@@ -39,11 +43,10 @@ Tradability on the execution day ``e = t+1``
   Names kept this way outside the new top ``k`` do not count towards ``k``: the top ``k`` share the
   rest of the book.
 - Limit prices are compared with the raw fill price: ``up_limit`` / ``down_limit`` when the panel has
-  them (per cell), else ``round(ref * (1 +/- L), 2)`` where ``ref`` is the previous raw close
-  (ex-rights adjusted by ``adj_factor`` when present) and ``L`` the board limit: 20% for STAR
-  (``688``) and for ChiNext (``300``/``301``) from 2020-08-24 on, 10% otherwise (ST 5% and the
-  Beijing exchange are not modelled). A fill within half a tick (0.005 CNY) of the limit counts as
-  at the limit. A stock without a previous close (listing day) is never at a limit.
+  them (per cell), else the board rule of :func:`backtest.data.tradability.limit_prices` (10% main
+  boards; 20% STAR, and ChiNext from 2020-08-24 on; on the previous raw close, ex-rights). A fill
+  within half a tick (0.005 CNY) of the limit counts as at the limit. A stock without a previous close
+  (listing day) is never at a limit.
 - Delisted (no rows on or after ``e``): a holding is sold at its last mark at the next rebalance,
   with normal costs; it earns 0 in between.
 
@@ -85,15 +88,12 @@ import numpy as np
 import pandas as pd
 
 from backtest.data.panel import WideGrid, adjusted_price
+from backtest.data.tradability import Tradability, carry_forward
 from backtest.errors import ConfigError, DataContractError, preview
 
 logger = logging.getLogger(__name__)
 
 TRADING_DAYS_PER_YEAR = 252
-#: Half an A-share price tick (CNY): a fill this close to a limit price counts as at the limit.
-LIMIT_TOLERANCE = 0.005
-#: ChiNext (300/301) moved from a 10% to a 20% daily limit on this date.
-CHINEXT_20PCT_FROM = pd.Timestamp("2020-08-24")
 _EPS = 1e-12
 
 
@@ -268,63 +268,18 @@ class _Market:
 
     grid: WideGrid
     ret: np.ndarray  # open-to-open return of day d (0 where unknown; last row 0)
-    tradable: np.ndarray  # bool: has a row, not suspended, finite positive fill and mark
-    at_up: np.ndarray  # bool: fill price at the limit-up price
-    at_down: np.ndarray  # bool: fill price at the limit-down price
+    rule: Tradability  # who trades at the fill price, who is locked at a limit, who is a member
     last_row: np.ndarray  # (N,) last grid row on which the code has a panel row
-    in_universe: np.ndarray | None  # bool, point-in-time membership
 
     def flags_at(self, row: int) -> dict[str, np.ndarray]:
         """Tradability of every code at the open of ``row``, each of shape (N,)."""
-        tradable = self.tradable[row]
+        rule = self.rule
         delisted = self.last_row < row
         return {
-            "tradable": tradable,
-            "can_buy": tradable & ~self.at_up[row],
-            "can_sell": (tradable & ~self.at_down[row]) | delisted,
-            "at_up": self.at_up[row],
+            "tradable": rule.trading[row],
+            "can_buy": rule.can_buy[row],
+            "can_sell": rule.can_sell[row] | delisted,
         }
-
-
-def _limit_prices(panel: pd.DataFrame, grid: WideGrid) -> tuple[np.ndarray, np.ndarray]:
-    """Limit-up and limit-down prices (T, N): the panel's columns per cell, else the board rule."""
-    up = np.full(grid.shape, np.nan)
-    down = np.full(grid.shape, np.nan)
-    for name, out in (("up_limit", up), ("down_limit", down)):
-        if name in panel.columns:
-            out[:] = grid.to_wide(panel[name].to_numpy(np.float64), dtype=np.float64)
-    missing = ~(np.isfinite(up) & np.isfinite(down))
-    if not missing.any():
-        return up, down
-    close = _ffill(grid.to_wide(panel["close"].to_numpy(np.float64), dtype=np.float64))
-    ref = np.full(grid.shape, np.nan)
-    ref[1:] = close[:-1]
-    if "adj_factor" in panel.columns:
-        # Ex-rights reference price: previous close * adj(prev) / adj(today) under backward adjustment.
-        adj = _ffill(grid.to_wide(panel["adj_factor"].to_numpy(np.float64), dtype=np.float64))
-        ratio = np.full(grid.shape, np.nan)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ratio[1:] = adj[:-1] / adj[1:]
-        ref = np.where(np.isfinite(ratio), ref * ratio, ref)
-    codes = grid.codes.astype(str)
-    star = np.asarray(codes.str.startswith("688"))
-    chinext = np.asarray(codes.str.startswith("300") | codes.str.startswith("301"))
-    board = np.where(star, 0.20, 0.10)[None, :].repeat(grid.shape[0], axis=0)
-    board[np.ix_(np.asarray(grid.dates >= CHINEXT_20PCT_FROM), chinext)] = 0.20
-    with np.errstate(invalid="ignore"):
-        up = np.where(np.isfinite(up), up, np.floor(ref * (1 + board) * 100 + 0.5) / 100)
-        down = np.where(np.isfinite(down), down, np.floor(ref * (1 - board) * 100 + 0.5) / 100)
-    return up, down
-
-
-def _ffill(wide: np.ndarray) -> np.ndarray:
-    """Forward-fill NaN down the rows (dates) of a (T, N) matrix."""
-    valid = np.isfinite(wide)
-    idx = np.where(valid, np.arange(wide.shape[0])[:, None], 0)
-    np.maximum.accumulate(idx, axis=0, out=idx)
-    out = wide[idx, np.arange(wide.shape[1])[None, :]]
-    out[~np.maximum.accumulate(valid, axis=0)] = np.nan
-    return out
 
 
 def _market_of(panel: pd.DataFrame) -> _Market:
@@ -346,31 +301,22 @@ def _market_of(panel: pd.DataFrame) -> _Market:
         )
     fill_field = "open" if "open" in panel.columns else "close"
     if fill_field == "close":
-        logger.warning("panel has no 'open' column: trading and marking at the close instead of the open")
+        logger.warning(
+            "panel has no 'open' column: trades execute at the close of t+1 (not the open) and the book is "
+            "marked close to close"
+        )
     grid = WideGrid.of(panel)
     fill = grid.to_wide(panel[fill_field].to_numpy(np.float64), dtype=np.float64)
     mark = grid.to_wide(adjusted_price(panel, fill_field).to_numpy(np.float64), dtype=np.float64)
-    present = grid.present()
-    suspended = np.zeros(grid.shape, dtype=bool)
-    if "is_suspended" in panel.columns:
-        suspended = grid.to_wide(panel["is_suspended"].fillna(False).to_numpy(bool), dtype=bool, fill=False)
-    with np.errstate(invalid="ignore"):
-        tradable = present & ~suspended & np.isfinite(fill) & (fill > 0) & np.isfinite(mark) & (mark > 0)
-    mark = _ffill(np.where(tradable, mark, np.nan))
+    rule = Tradability.of(panel, grid, fill, mark)
+    mark = carry_forward(np.where(rule.trading, mark, np.nan))
     ret = np.zeros(grid.shape)
     with np.errstate(invalid="ignore", divide="ignore"):
         ret[:-1] = mark[1:] / mark[:-1] - 1.0
     ret[~np.isfinite(ret)] = 0.0
     last_row = np.full(grid.shape[1], -1)
     np.maximum.at(last_row, grid.col_pos, grid.row_pos)
-    up, down = _limit_prices(panel, grid)
-    with np.errstate(invalid="ignore"):
-        at_up = fill >= up - LIMIT_TOLERANCE
-        at_down = fill <= down + LIMIT_TOLERANCE
-    in_universe = None
-    if "in_universe" in panel.columns:
-        in_universe = grid.to_wide(panel["in_universe"].fillna(False).to_numpy(bool), dtype=bool, fill=False)
-    return _Market(grid, ret, tradable, at_up, at_down, last_row, in_universe)
+    return _Market(grid, ret, rule, last_row)
 
 
 def _scores_on_grid(scores: pd.Series, grid: WideGrid) -> np.ndarray:
@@ -631,7 +577,7 @@ def simulate(scores: pd.Series, panel: pd.DataFrame, spec: PortfolioSpec | None 
         ``panel``. NaN scores make a stock ineligible that day.
     panel : DataFrame indexed by (date, code)
         The canonical panel (``backtest.data.schema``); uses ``open`` (else ``close``), ``close``,
-        and when present ``adj_factor``, ``is_suspended``, ``in_universe``, ``up_limit``,
+        and when present ``adj_factor``, ``is_suspended``, ``volume``, ``in_universe``, ``up_limit``,
         ``down_limit``. Rows after the last score date are used to mark the last holding period.
     spec : PortfolioSpec, optional
         Defaults to ``PortfolioSpec()`` (top 5, weekly, equal weight, default costs).
@@ -669,9 +615,7 @@ def simulate(scores: pd.Series, panel: pd.DataFrame, spec: PortfolioSpec | None 
     benchmark = _Book(np.zeros(n_codes))
     rows = []
     for decision, start, end in schedule:
-        eligible = np.isfinite(score_wide[decision])
-        if market.in_universe is not None:
-            eligible &= market.in_universe[decision]
+        eligible = np.isfinite(score_wide[decision]) & market.rule.eligible[decision]
         if not eligible.any():
             logger.warning("no eligible stock on %s: the books go to cash", grid.dates[decision].date())
         period = []

@@ -12,7 +12,7 @@ import pytest
 import backtest.labels as labels_module
 from backtest.data.calendar import exchange_calendar
 from backtest.errors import ConfigError, DataContractError, InsufficientHistoryError
-from backtest.labels import LabelSpec, Labels, cross_sectional_target, make_labels
+from backtest.labels import Labels, LabelSpec, cross_sectional_target, make_labels
 
 DATES = pd.bdate_range("2024-01-01", periods=8, name="date")  # Mon 1 Jan .. Wed 10 Jan
 
@@ -106,6 +106,7 @@ def test_open_missing_falls_back_to_close_with_a_warning(caplog: pytest.LogCaptu
     assert labels.spec.price_field == "close"
     assert labels.fwd_return[(DATES[0], "A")] == pytest.approx(15 / 11 - 1)
     assert "no 'open' column" in caplog.text
+    assert "trades at the close" in caplog.text and "at the open" not in caplog.text
 
 
 def test_missing_price_field_is_refused() -> None:
@@ -251,6 +252,19 @@ def test_zero_volume_counts_as_a_suspension() -> None:
     assert (DATES[0], "B") not in labels.index
     assert (DATES[2], "B") in labels.index
     assert labels.excluded["not_trading_at_entry"] == 1
+
+
+def test_zero_volume_stops_trading_even_where_the_flag_says_trading() -> None:
+    panel = make_panel(
+        {"A": [10, 11, 12, 13, 14, 15, 16, 17], "B": [10, 11, 12, 13, 14, 15, 16, 17]},
+        volume={"A": [100.0] * 8, "B": [100.0] * 5 + [0.0, 100.0, 100.0]},
+        is_suspended={"A": [False] * 8, "B": [False] * 8},
+    )
+    labels = make_labels(panel, LabelSpec(processing="raw"))
+    # B trades nothing on day 5 although the flag says it trades: t=0, which exits there, loses its label.
+    assert (DATES[0], "B") not in labels.index
+    assert (DATES[1], "B") in labels.index and (DATES[2], "B") in labels.index
+    assert dict(labels.excluded) == {"end_of_data": 10, "not_trading_at_entry": 0, "not_trading_at_exit": 1}
 
 
 def test_delisted_before_exit_and_listed_after_entry_are_excluded() -> None:

@@ -13,6 +13,8 @@ Price limits are far away unless a test sets them.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -265,6 +267,34 @@ def test_suspended_holding_is_frozen_and_marked_flat_until_it_resumes():
     assert blocked[["code", "reason"]].values.tolist() == [["A", "suspended"]]
 
 
+def test_zero_volume_without_a_flag_is_a_suspension():
+    # A user's file: no is_suspended column, A traded no share on d1 (its bar carries the last close).
+    panel = make_panel(OPENS).drop(columns=["is_suspended"])
+    panel["volume"] = 1e5
+    panel.loc[(day(panel, 1), "A"), "volume"] = 0.0
+    scores = make_scores(panel, {0: {"A": 3, "B": 2, "C": 1}})
+    result = simulate(scores, panel, PortfolioSpec(top_k=2, **FREE))
+    assert weights_on(result, day(panel, 1)) == pytest.approx({"B": 0.5, "C": 0.5}, abs=1e-12)
+    assert result.blocked[["code", "reason"]].values.tolist() == [["A", "suspended"]]
+    # The flag saying "trading" does not overrule the empty volume.
+    flagged = panel.assign(is_suspended=False)
+    again = simulate(scores, flagged, PortfolioSpec(top_k=2, **FREE))
+    pd.testing.assert_series_equal(again.returns, result.returns)
+
+
+def test_zero_volume_holding_is_frozen_and_cannot_be_sold():
+    panel = make_panel(OPENS).drop(columns=["is_suspended"])
+    panel["volume"] = 1e5
+    panel.loc[(day(panel, 3), "A"), "volume"] = 0.0
+    scores = make_scores(panel, {0: {"A": 3, "B": 2, "C": 1}, 2: {"A": 1, "B": 2, "C": 3}})
+    result = simulate(scores, panel, PortfolioSpec(top_k=2, rebalance_every=1, **FREE))
+    # d3: A should be sold but does not trade: it keeps its weight, 0.55 after d1 (+10%, B -10%; its d3
+    # open is no price, so it is carried at 11 and d2 is flat); C and B share the rest.
+    assert weights_on(result, day(panel, 3)) == pytest.approx({"A": 0.55, "B": 0.225, "C": 0.225}, abs=1e-12)
+    assert result.returns.iloc[1] == pytest.approx(0.0, abs=1e-12)
+    assert result.blocked[["code", "reason"]].values.tolist() == [["A", "suspended"]]
+
+
 def test_suspended_candidate_is_skipped():
     panel = make_panel(OPENS, suspended={(1, "A")})
     scores = make_scores(panel, {0: {"A": 3, "B": 2, "C": 1}})
@@ -392,10 +422,12 @@ def test_costs_lower_returns_by_the_cost_on_trade_days_only():
 # Inputs
 
 
-def test_close_only_panel_trades_at_the_close():
+def test_close_only_panel_trades_at_the_close(caplog):
     panel = make_panel({"X": [10.0, 10.0, 11.0, 9.9, 9.9]}).drop(columns=["open"])
-    result = simulate(make_scores(panel, {0: {"X": 1.0}}), panel, PortfolioSpec(top_k=1, **FREE))
+    with caplog.at_level(logging.WARNING, logger="backtest.portfolio"):
+        result = simulate(make_scores(panel, {0: {"X": 1.0}}), panel, PortfolioSpec(top_k=1, **FREE))
     np.testing.assert_allclose(result.returns.to_numpy(), [0.10, -0.10, 0.0], atol=1e-12)
+    assert "trades execute at the close" in caplog.text
 
 
 def test_invalid_spec_is_a_config_error_naming_the_key():
@@ -473,7 +505,7 @@ def test_synthetic_books_are_consistent(synthetic_run):
     assert (sums <= 1 + 1e-9).all() and (sums > 0.97).all()
     assert (result.positions["weight"] > 0).all()
     # Period returns compound the daily ones.
-    for decision, row in result.periods.iterrows():
+    for _, row in result.periods.iterrows():
         days = result.returns.loc[row["execution_date"]: row["end_date"]]
         assert len(days) == row["n_days"]
         assert np.prod(1 + days) - 1 == pytest.approx(row["strategy"], abs=1e-12)

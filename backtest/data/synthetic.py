@@ -17,10 +17,11 @@ Return process (daily log return of stock i on day t, before price limits)::
     industry[t, g] = industry_regime_strength * tilt[g] * regime[t] + industry noise
                                                        planted: industry effect that flips with regime
 
-Closes are clipped to the daily price limit (+-10%, +-20% on ChiNext from 2020-08-24 and on STAR); the
-clipped part carries over to the next day, and a day that would close far beyond the limit opens and
-stays at it. Suspended stocks keep their last close and accumulate the return they miss. Stocks list
-and delist during the period (delisting stocks decline beforehand), and index membership is rebalanced
+Closes are clipped to the daily price limit (the board rule of ``backtest.data.tradability``: +-10%,
++-20% on ChiNext from 2020-08-24 and on STAR); the clipped part carries over to the next day, and a day
+that would close far beyond the limit opens and stays at it. Suspended stocks keep their last close
+and accumulate the return they miss (their volume is 0 and ``is_suspended`` is True). Stocks list and
+delist during the period (delisting stocks decline beforehand), and index membership is rebalanced
 semiannually from trailing market cap with a buffer, so it is point in time.
 
 Observable money flow: the main-force (large + extra-large order) net inflow rate is
@@ -41,7 +42,9 @@ import numpy as np
 import pandas as pd
 from scipy.signal import lfilter
 
+from backtest.data import tradability
 from backtest.data.calendar import exchange_calendar
+from backtest.data.panel import WideGrid
 from backtest.data.schema import MONEYFLOW_COLUMNS
 from backtest.errors import ConfigError
 
@@ -56,7 +59,6 @@ INDUSTRIES: tuple[str, ...] = (
     "beauty_care",
 )
 
-CHINEXT_20PCT_FROM = pd.Timestamp("2020-08-24")
 STAR_OPENS = pd.Timestamp("2019-07-22")
 
 
@@ -147,7 +149,7 @@ def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
     T, N = len(dates), cfg.n_stocks
 
     codes = _draw_codes(rng, N)
-    limit_pct = _limit_table(dates, codes)
+    limit_pct = tradability.limit_fraction(dates, codes)  # the board rule every module uses
 
     # --- stock attributes ----------------------------------------------------------------------------
     weights = rng.dirichlet(np.full(cfg.n_industries, 3.0))
@@ -156,7 +158,7 @@ def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
     tilt = rng.standard_normal(cfg.n_industries)
     tilt = (tilt - tilt.mean()) / tilt.std()
 
-    growth = np.array([c[:3] in ("300", "301", "688") for c in codes])
+    growth = tradability.board_of(codes) != "main"
     sigma = np.exp(rng.normal(np.log(0.017), 0.3, N)) * np.where(growth, 1.25, 1.0)
     beta = rng.normal(1.0, 0.1, N).clip(0.6, 1.4)
     total_shares = np.exp(rng.normal(np.log(2.5e9), 1.0, N)).round(-4)
@@ -295,14 +297,6 @@ def _draw_codes(rng: np.random.Generator, n: int) -> np.ndarray:
     return np.array(sorted(codes), dtype=object)
 
 
-def _limit_table(dates: pd.DatetimeIndex, codes: np.ndarray) -> np.ndarray:
-    """Daily price-limit fraction per (date, code): 10%, or 20% on STAR and on ChiNext after its reform."""
-    star = np.array([c.startswith("688") for c in codes])
-    chinext = np.array([c[:3] in ("300", "301") for c in codes])
-    after = (dates >= CHINEXT_20PCT_FROM)[:, None]
-    return np.where(star[None, :] | (chinext[None, :] & after), 0.20, 0.10)
-
-
 def _draw_lifetimes(
     rng: np.random.Generator, dates: pd.DatetimeIndex, codes: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -312,7 +306,7 @@ def _draw_lifetimes(
     late = rng.random(N) < 0.18
     list_idx[late] = rng.integers(20, T - 120, late.sum())
     star_first = int(np.searchsorted(dates, STAR_OPENS))
-    is_star = np.array([c.startswith("688") for c in codes])  # STAR opened in July 2019
+    is_star = tradability.board_of(codes) == "star"  # STAR opened in July 2019
     list_idx[is_star] = np.maximum(list_idx[is_star], star_first + rng.integers(0, 250, is_star.sum()))
     delist_idx = np.full(N, T, dtype=int)
     leaving = (rng.random(N) < 0.08) & (list_idx < T - 400)
@@ -544,14 +538,17 @@ def planted_effect_strengths(market: SyntheticMarket, horizon: int = 5) -> pd.Da
     p = market.panel
     wide = {c: p[c].unstack("code").reindex(index=market.truth.dates.astype("datetime64[ns]"), columns=market.truth.codes)
             for c in ("open", "close", "amount", "buy_lg_amount", "buy_elg_amount", "sell_lg_amount",
-                      "sell_elg_amount", "in_universe", "is_suspended")}
+                      "sell_elg_amount", "in_universe")}
     open_ = wide["open"].to_numpy()
     close = wide["close"].to_numpy()
-    suspended = wide["is_suspended"].fillna(True).to_numpy(dtype=bool)
+    grid = WideGrid.of(p)  # the labels' trading rule; a day without a row is a day without trading
+    trading = pd.DataFrame(tradability.trading(p, grid), index=grid.dates, columns=grid.codes)
+    trading = trading.reindex(index=wide["open"].index, columns=wide["open"].columns, fill_value=False)
+    not_trading = ~trading.to_numpy(dtype=bool)
     member = wide["in_universe"].fillna(False).to_numpy(dtype=bool)
     entry, exit_ = _shift(open_, -1), _shift(open_, -horizon)
-    tradable = ~_shift(suspended.astype(float), -1, fill=1).astype(bool) & ~_shift(
-        suspended.astype(float), -horizon, fill=1
+    tradable = ~_shift(not_trading.astype(float), -1, fill=1).astype(bool) & ~_shift(
+        not_trading.astype(float), -horizon, fill=1
     ).astype(bool)
     label = np.where(tradable, exit_ / entry - 1.0, np.nan)
 

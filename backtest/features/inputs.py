@@ -2,8 +2,9 @@
 
 Suspended days and gaps
 -----------------------
-A suspended day (``is_suspended`` True, or ``volume == 0`` when the panel has no ``is_suspended``) is
-treated as a day without trading:
+A suspended day (``is_suspended`` True, or ``volume`` zero with or without the flag: the rule of
+:func:`backtest.data.tradability.suspended`, the one labels and the portfolio use) is treated as a day
+without trading:
 
 - Prices: the bar is flat at the last traded close (open = high = low = close = that close), whatever the
   row carries. Return windows therefore stay aligned with trading days: a suspended day has a zero
@@ -26,6 +27,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from backtest.data import tradability
 from backtest.data.panel import WideGrid, adjusted_price
 from backtest.data.schema import MONEYFLOW_COLUMNS
 from backtest.features.rolling import forward_fill, lag
@@ -79,18 +81,8 @@ class MarketData:
 
     @property
     def suspended(self) -> np.ndarray:
-        """bool (date x code): a row without trading (``is_suspended``; else ``volume == 0``)."""
-
-        def make() -> np.ndarray:
-            if "is_suspended" in self.columns:
-                flag = self._panel["is_suspended"].fillna(False).to_numpy(dtype=bool)
-            elif "volume" in self.columns:
-                flag = (self._panel["volume"] == 0).to_numpy(dtype=bool)
-            else:
-                flag = np.zeros(len(self._panel), dtype=bool)
-            return self.to_wide(flag, dtype=bool, fill=False)
-
-        return self.derived("suspended", make)
+        """bool (date x code): a row without trading (:func:`backtest.data.tradability.suspended`)."""
+        return self.derived("suspended", lambda: tradability.suspended(self._panel, self.grid))
 
     @property
     def traded(self) -> np.ndarray:
@@ -99,15 +91,8 @@ class MarketData:
 
     @property
     def eligible(self) -> np.ndarray:
-        """bool (date x code): in the day's universe (``in_universe`` when present, else every row)."""
-
-        def make() -> np.ndarray:
-            if "in_universe" not in self.columns:
-                return self.present
-            flag = self._panel["in_universe"].fillna(False).to_numpy(dtype=bool)
-            return self.to_wide(flag, dtype=bool, fill=False)
-
-        return self.derived("eligible", make)
+        """bool (date x code): in the day's universe (:func:`backtest.data.tradability.eligible`)."""
+        return self.derived("eligible", lambda: tradability.eligible(self._panel, self.grid))
 
     # -- prices ----------------------------------------------------------------------------------------
     @property

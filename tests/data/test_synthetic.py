@@ -8,7 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from backtest.data import tradability
 from backtest.data.fingerprint import panel_fingerprint
+from backtest.data.panel import WideGrid
 from backtest.data.synthetic import (
     SyntheticMarketConfig,
     planted_effect_strengths,
@@ -98,6 +100,38 @@ def test_trading_life_suspensions_listings_delistings(default_market) -> None:
     assert (first["max"] < end).sum() >= 15  # delistings: rows stop at the last day
     star = first[first.index.str.startswith("688")]
     assert (star["min"] >= pd.Timestamp("2019-07-22")).all()
+
+
+def test_suspended_days_are_exactly_the_days_without_volume(tiny_market) -> None:
+    # The flag and the volume rule of backtest.data.tradability agree on every row, so a copy of the
+    # panel without is_suspended trades, labels and features exactly like the original.
+    p = tiny_market.panel
+    assert p["is_suspended"].sum() > 50
+    assert ((p["volume"] == 0) == p["is_suspended"]).all()
+    assert (tradability.suspended(p, WideGrid.of(p)) == tradability.suspended(
+        p.drop(columns=["is_suspended"]), WideGrid.of(p))).all()
+
+
+def test_price_limits_follow_the_one_board_rule_across_the_chinext_reform() -> None:
+    market = simulate_market(SyntheticMarketConfig(seed=3, n_stocks=120, n_members=60, start="2020-05-01",
+                                                   end="2020-11-30"))
+    p = market.panel
+    ref = p.groupby(level="code")["close"].shift(1)
+    dates, codes = p.index.get_level_values("date"), p.index.get_level_values("code")
+    grid = WideGrid.of(p)
+    limit = grid.to_long(tradability.limit_fraction(grid.dates, grid.codes))
+    known = ref.notna().to_numpy()
+    # The columns are the board rule to within the half fen of their rounding.
+    assert np.abs(p["up_limit"] - ref * (1 + limit))[known].max() <= 0.005 + 1e-9
+    assert np.abs(p["down_limit"] - ref * (1 - limit))[known].max() <= 0.005 + 1e-9
+    chinext = tradability.board_of(codes) == "chinext"
+    before = chinext & (dates < pd.Timestamp("2020-08-24")) & known
+    after = chinext & (dates >= pd.Timestamp("2020-08-24")) & known
+    star = (tradability.board_of(codes) == "star") & known
+    assert before.sum() > 500 and after.sum() > 500 and star.sum() > 50
+    ratio = (p["up_limit"] / ref).to_numpy()
+    assert np.allclose(ratio[before], 1.10, atol=0.005) and np.allclose(ratio[after], 1.20, atol=0.005)
+    assert np.allclose(ratio[star], 1.20, atol=0.005)
 
 
 def test_membership_is_point_in_time_with_semiannual_reviews(default_market) -> None:
