@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 export MLFLOW_DISABLE_TELEMETRY ?= true
 
-.PHONY: run test test-slow test-gpu bench venv clean-cache
+.PHONY: run lint test test-slow test-gpu bench venv clean-cache
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,8 +20,12 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(PY) -m backtest $(ARGS)
 
-## Set up the environment and run the default (fast) test suite.
-test: $(STAMP)
+## Lint (ruff; configured in pyproject.toml).
+lint: $(STAMP)
+	$(PY) -m ruff check backtest models tests benchmarks
+
+## Set up the environment, lint, and run the default (fast) test suite with the library's doctests.
+test: lint
 	$(PY) -m pytest -m "not slow and not gpu" -n 2 -q
 
 ## Slow tests (long rolling backtests, quality checks).

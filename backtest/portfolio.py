@@ -70,7 +70,7 @@ For example building a book from cash costs ``c = (commission + slippage) * F'``
 
 Turnover of a rebalance is ``sum(|post-trade value - pre-trade value|) / 2`` in fractions of the
 pre-trade book (one-way: replacing a full book is 1.0; building it from cash is 0.5).
-``PortfolioResult.annual_turnover`` is the sum over rebalances times ``252 / number of return days``.
+``PortfolioResult.annual_turnover`` is the sum over rebalances times ``PERIODS_PER_YEAR (252) / number of return days``.
 
 Benchmark
 ---------
@@ -90,10 +90,10 @@ import pandas as pd
 from backtest.data.panel import WideGrid, adjusted_price
 from backtest.data.tradability import Tradability, carry_forward
 from backtest.errors import ConfigError, DataContractError, preview
+from backtest.metrics import PERIODS_PER_YEAR
 
 logger = logging.getLogger(__name__)
 
-TRADING_DAYS_PER_YEAR = 252
 _EPS = 1e-12
 
 
@@ -205,7 +205,7 @@ class PortfolioResult:
         """Average one-way turnover per year: ``sum(turnover) * 252 / len(returns)``."""
         if len(self.returns) == 0:
             return float("nan")
-        return float(self.turnover.sum() * TRADING_DAYS_PER_YEAR / len(self.returns))
+        return float(self.turnover.sum() * PERIODS_PER_YEAR / len(self.returns))
 
 
 def allocate(scores: np.ndarray, spec: PortfolioSpec, budget: float = 1.0) -> np.ndarray:

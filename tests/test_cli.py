@@ -32,7 +32,7 @@ def test_every_experiment_composes_and_builds(experiment: str, compose_config) -
 
 @pytest.mark.parametrize("group,option", [("model", "stock_transformer"), ("features", "price_only"),
                                           ("label", "three_class"), ("portfolio", "softmax_capped"),
-                                          ("features", "top_k_selected")])
+                                          ("features", "top80_by_gain")])
 def test_config_options_compose_and_build(group: str, option: str, compose_config) -> None:
     cfg = compose_config([f"{group}={option}"])
     built = cli._build(cfg[group], _partial_=True)() if group == "model" else cli._build(cfg[group])

@@ -157,7 +157,7 @@ def test_a_look_ahead_feature_stops_the_run_and_is_named(tiny_panel) -> None:
 
 
 def test_top_k_selection_uses_only_data_before_the_first_decision(tiny_panel) -> None:
-    spec = FeatureSetSpec(name="top3", indicators=FEATURES.indicators, windows=(5,), select_top_k=3)
+    spec = FeatureSetSpec(name="top3", indicators=FEATURES.indicators, windows=(5,), keep_by_gain=3)
     res = run_backtest(
         tiny_panel, features=spec, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE),
         ranker_factory=small_ranker, portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(tiny_panel), seed=3,

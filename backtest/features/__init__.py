@@ -21,7 +21,7 @@ from backtest.features.registry import (
     default_registry,
     describe_indicators,
 )
-from backtest.features.sets import FeaturePlan, FeatureSetSpec, plan_features, select_top_k_by_gain
+from backtest.features.sets import FeaturePlan, FeatureSetSpec, plan_features, select_by_gain
 
 __all__ = [
     "FEATURE_CODE_VERSION",
@@ -42,5 +42,5 @@ __all__ = [
     "feature_fingerprint",
     "load_or_build_features",
     "plan_features",
-    "select_top_k_by_gain",
+    "select_by_gain",
 ]

@@ -25,6 +25,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from backtest.data import tradability
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.data.panel import WideGrid
 from backtest.errors import ConfigError, DataContractError, preview
@@ -240,10 +241,7 @@ def compute_features(panel: pd.DataFrame, plan: FeaturePlan, rows: Rows = "eligi
             "features: the panel index must be sorted by (date, code) and unique; offending rows: "
             f"{preview([panel.index[i] for i in bad])}. Fix: panel.sort_index() and drop duplicate rows."
         )
-    if "in_universe" in panel.columns:
-        eligible = panel["in_universe"].fillna(False).to_numpy(dtype=bool)
-    else:
-        eligible = np.ones(len(panel), dtype=bool)
+    eligible = tradability.eligible(panel, grid).ravel()[market.cells]  # per panel row
     keep = np.flatnonzero(eligible) if rows == "eligible" else np.arange(len(panel))
     cells = market.cells[keep]  # flat grid cells of the output rows, increasing: a fast gather
     daily = DailyCrossSection.of(grid.row_pos[keep], eligible[keep], grid.shape[0])

@@ -25,7 +25,7 @@ from backtest.features.indicator import GROUPS, RESERVED_SUFFIXES, Indicator
 
 #: Bump when a change to indicator or transform code changes any feature value: it is part of every
 #: feature fingerprint and cache key, so stale cached features are never reused.
-FEATURE_CODE_VERSION = "1"
+FEATURE_CODE_VERSION = "2"  # 2: one tradability rule (a zero-volume day is suspended, flag or not)
 
 __all__ = [
     "FEATURE_CODE_VERSION",

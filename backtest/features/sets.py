@@ -2,7 +2,7 @@
 
 A :class:`FeatureSetSpec` names base indicators (from a registry) and the transforms applied to them;
 ``conf/features/*.yaml`` holds the named sets (``all``, ``no_volatility``, ``no_moneyflow``,
-``with_industry``, ``price_only``, ``top_k_selected``). :func:`plan_features` resolves a spec against a
+``with_industry``, ``price_only``, ``top80_by_gain``). :func:`plan_features` resolves a spec against a
 registry and a panel's columns into the ordered list of output columns.
 
 Column naming, for a base indicator ``x`` and time-aggregate windows (5, 20)::
@@ -62,9 +62,9 @@ class FeatureSetSpec:
     windows : time-aggregate windows in trading days (``_ma5``, ``_ma20``).
     raw, cs_rank, cs_z : emit the per-stock value, its daily percentile rank, its daily z-score.
     industry_neutral : also emit the industry-neutral z-score ``_ind_neu`` (needs ``industry``).
-    select_top_k : if set, the engine keeps only the k features with the largest gain importance of
-        a model trained before the first decision date (``select_top_k_by_gain``).
-    base_set : the name of the set a ``select_top_k`` set selects from (documentation).
+    keep_by_gain : if set, the engine keeps only this many features: those with the largest gain importance of
+        a model trained before the first decision date (``select_by_gain``).
+    base_set : the name of the set a ``keep_by_gain`` set selects from (documentation).
     """
 
     name: str = "all"
@@ -77,7 +77,7 @@ class FeatureSetSpec:
     cs_rank: bool = True
     cs_z: bool = True
     industry_neutral: bool = False
-    select_top_k: int | None = None
+    keep_by_gain: int | None = None
     base_set: str | None = None
 
     def __post_init__(self) -> None:
@@ -92,12 +92,12 @@ class FeatureSetSpec:
                 f"feature set {self.name!r}: `windows` must be distinct integers >= 2 (trading days), "
                 f"got {list(self.windows)}"
             )
-        if self.select_top_k is not None and (
-            not isinstance(self.select_top_k, int) or isinstance(self.select_top_k, bool) or self.select_top_k < 1
+        if self.keep_by_gain is not None and (
+            not isinstance(self.keep_by_gain, int) or isinstance(self.keep_by_gain, bool) or self.keep_by_gain < 1
         ):
             raise ConfigError(
-                f"feature set {self.name!r}: `select_top_k` must be a positive integer or null, "
-                f"got {self.select_top_k!r}"
+                f"feature set {self.name!r}: `keep_by_gain` must be a positive integer or null, "
+                f"got {self.keep_by_gain!r}"
             )
 
     def as_dict(self) -> dict[str, object]:
@@ -217,7 +217,7 @@ def plan_features(spec: FeatureSetSpec, registry: FeatureRegistry, available: It
     return FeaturePlan(spec, tuple(bases), tuple(columns), tuple(dropped), tuple(notes))
 
 
-def select_top_k_by_gain(importance: Mapping[str, float], k: int) -> list[str]:
+def select_by_gain(importance: Mapping[str, float], k: int) -> list[str]:
     """The ``k`` feature names with the largest gain importance, best first (ties: by name).
 
     Parameters
@@ -233,17 +233,17 @@ def select_top_k_by_gain(importance: Mapping[str, float], k: int) -> list[str]:
 
     Examples
     --------
-    >>> select_top_k_by_gain({"a": 1.0, "b": 3.0, "c": 3.0, "d": 0.0}, 2)
+    >>> select_by_gain({"a": 1.0, "b": 3.0, "c": 3.0, "d": 0.0}, 2)
     ['b', 'c']
     """
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ConfigError(f"select_top_k_by_gain: k must be a positive integer, got {k!r}")
+        raise ConfigError(f"select_by_gain: k must be a positive integer, got {k!r}")
     if not importance:
-        raise ConfigError("select_top_k_by_gain: the importance mapping is empty; train the selection model first")
+        raise ConfigError("select_by_gain: the importance mapping is empty; train the selection model first")
     bad = [name for name, gain in importance.items() if not isinstance(gain, (int, float)) or math.isnan(gain)]
     if bad:
-        raise ConfigError(f"select_top_k_by_gain: importance must be numbers, got NaN or non-numbers for {preview(bad)}")
+        raise ConfigError(f"select_by_gain: importance must be numbers, got NaN or non-numbers for {preview(bad)}")
     ranked = sorted(importance, key=lambda name: (-float(importance[name]), name))
     if k > len(ranked):
-        log.warning("select_top_k_by_gain: k=%d but only %d features have an importance; keeping all", k, len(ranked))
+        log.warning("select_by_gain: k=%d but only %d features have an importance; keeping all", k, len(ranked))
     return ranked[:k]

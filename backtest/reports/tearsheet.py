@@ -72,7 +72,7 @@ def write_tearsheet(
     path: Path | str,
     *,
     title: str = "Strategy tearsheet",
-    periods_per_year: int = 252,
+    periods_per_year: int = metrics.PERIODS_PER_YEAR,
 ) -> Tearsheet:
     """Write the HTML tearsheet of daily strategy returns against the equal-weight benchmark.
 
@@ -82,7 +82,7 @@ def write_tearsheet(
     benchmark : Series on the same dates, the equal-weight benchmark's daily returns.
     path : the HTML file to write (its folder is created).
     title : report title.
-    periods_per_year : annualization (252 trading days).
+    periods_per_year : annualization (``backtest.metrics.PERIODS_PER_YEAR``).
 
     Returns
     -------
@@ -124,7 +124,7 @@ def write_tearsheet(
     return Tearsheet(path, "fallback", reason)
 
 
-def tearsheet_metrics(returns: pd.Series, benchmark: pd.Series, periods_per_year: int = 252) -> pd.DataFrame:
+def tearsheet_metrics(returns: pd.Series, benchmark: pd.Series, periods_per_year: int = metrics.PERIODS_PER_YEAR) -> pd.DataFrame:
     """Headline statistics of the tearsheet, from :mod:`backtest.metrics` (which defines them as
     quantstats does: compounded, risk-free rate 0).
 
@@ -137,7 +137,9 @@ def tearsheet_metrics(returns: pd.Series, benchmark: pd.Series, periods_per_year
     -------
     DataFrame indexed by metric name, columns ``Benchmark`` and ``Strategy`` (quantstats' order), float
     values: Cumulative Return, CAGR, Sharpe, Sortino, Volatility (ann.), Max Drawdown, Calmar
-    (``CAGR / |Max Drawdown|``), Best Day, Worst Day.
+    (``CAGR / |Max Drawdown|``), Best Day, Worst Day, and the robustness rows Sharpe ex best month,
+    CAGR ex best month, Sharpe ex best 3 months (the same with the best calendar month(s) removed,
+    :func:`backtest.metrics.drop_best_months`). The run summary the CLI prints is this table too.
     """
     columns = {"Benchmark": benchmark, "Strategy": returns}
     table = pd.DataFrame({name: _statistics(series, periods_per_year) for name, series in columns.items()})
@@ -158,10 +160,15 @@ def _statistics(r: pd.Series, periods_per_year: int) -> dict[str, float]:
         "Calmar": cagr / abs(max_drawdown) if max_drawdown < 0 else float("nan"),
         "Best Day": float(r.max()),
         "Worst Day": float(r.min()),
+        "Sharpe ex best month": metrics.sharpe(metrics.drop_best_months(r, 1), periods_per_year),
+        "CAGR ex best month": metrics.ann_return(metrics.drop_best_months(r, 1), periods_per_year),
+        "Sharpe ex best 3 months": metrics.sharpe(metrics.drop_best_months(r, 3), periods_per_year),
     }
 
 
-_PERCENT_ROWS = ("Cumulative Return", "CAGR", "Volatility (ann.)", "Max Drawdown", "Best Day", "Worst Day")
+_PERCENT_ROWS = (
+    "Cumulative Return", "CAGR", "Volatility (ann.)", "Max Drawdown", "Best Day", "Worst Day", "CAGR ex best month",
+)
 
 
 def format_metric(name: str, value: float) -> str:
@@ -181,7 +188,7 @@ def fallback_html(
     returns: pd.Series,
     benchmark: pd.Series,
     title: str,
-    periods_per_year: int = 252,
+    periods_per_year: int = metrics.PERIODS_PER_YEAR,
     reason: str | None = None,
 ) -> str:
     """A self-contained HTML page with :func:`tearsheet_metrics` and the returns of each year.

@@ -199,6 +199,11 @@ class TrackedRun:
     def __repr__(self) -> str:
         return f"TrackedRun(run_id={self.run_id!r}, run_name={self.run_name!r})"
 
+    @property
+    def artifact_uri(self) -> str:
+        """Where the store keeps this run's artifacts (a ``file://`` path, or the server's URI)."""
+        return self.tracker.client.get_run(self.run_id).info.artifact_uri
+
     # -- params, metrics, tags ---------------------------------------------------------------------
 
     def log_params(self, config: Mapping[str, Any]) -> dict[str, str]:

@@ -9,10 +9,10 @@ import pytest
 from hydra.utils import instantiate
 
 from backtest.errors import ConfigError
-from backtest.features import FeatureSetSpec, build_features, default_registry, plan_features, select_top_k_by_gain
+from backtest.features import FeatureSetSpec, build_features, default_registry, plan_features, select_by_gain
 from backtest.features.sets import INDUSTRY_INDICATORS
 
-SETS = ("all", "no_volatility", "no_moneyflow", "with_industry", "price_only", "top_k_selected")
+SETS = ("all", "no_volatility", "no_moneyflow", "with_industry", "price_only", "top80_by_gain")
 VOLATILITY = ("vol_5d", "vol_10d", "vol_20d", "boll_pctb", "boll_width", "atr_pct")
 
 
@@ -44,7 +44,7 @@ def test_column_counts_of_the_named_sets(specs, full_columns):
     counts = {name: len(names_of(spec, full_columns)) for name, spec in specs.items()}
     # all: 75 indicators x (raw, rank, z) + 10 aggregated x 2 windows x 3
     assert counts == {"all": 285, "no_volatility": 255, "no_moneyflow": 243, "with_industry": 292,
-                      "price_only": 120, "top_k_selected": 285}
+                      "price_only": 120, "top80_by_gain": 285}
     assert 250 <= counts["all"] <= 300
 
 
@@ -72,9 +72,9 @@ def test_money_flow_columns_of_the_research_log_exist(specs, full_columns):
     assert not [n for n in names_of(specs["no_moneyflow"], full_columns) if n.startswith("mf_")]
 
 
-def test_top_k_selected_selects_from_all(specs):
-    spec = specs["top_k_selected"]
-    assert spec.select_top_k == 80 and spec.base_set == "all"
+def test_top80_by_gain_selects_from_all(specs):
+    spec = specs["top80_by_gain"]
+    assert spec.keep_by_gain == 80 and spec.base_set == "all"
     assert spec.exclude == specs["all"].exclude
 
 
@@ -107,22 +107,22 @@ def test_unknown_names_and_bad_values_are_config_errors():
         plan_features(FeatureSetSpec(exclude=("vol_20",)), reg, ["close"])
     with pytest.raises(ConfigError, match="windows"):
         FeatureSetSpec(windows=(1, 5))
-    with pytest.raises(ConfigError, match="select_top_k"):
-        FeatureSetSpec(select_top_k=0)
+    with pytest.raises(ConfigError, match="keep_by_gain"):
+        FeatureSetSpec(keep_by_gain=0)
     with pytest.raises(ConfigError, match="must be a list"):
         FeatureSetSpec(exclude="vol_20d")
     with pytest.raises(ConfigError, match="no feature columns"):
         plan_features(FeatureSetSpec(indicators=("turnover",)), reg, ["close"])
 
 
-def test_select_top_k_by_gain_orders_by_gain_then_name():
+def test_select_by_gain_orders_by_gain_then_name():
     importance = {"b": 3.0, "a": 1.0, "c": 3.0, "d": 0.0, "e": 2.5}
-    assert select_top_k_by_gain(importance, 3) == ["b", "c", "e"]
-    assert select_top_k_by_gain(importance, 10) == ["b", "c", "e", "a", "d"]
+    assert select_by_gain(importance, 3) == ["b", "c", "e"]
+    assert select_by_gain(importance, 10) == ["b", "c", "e", "a", "d"]
     with pytest.raises(ConfigError):
-        select_top_k_by_gain(importance, 0)
+        select_by_gain(importance, 0)
     with pytest.raises(ConfigError):
-        select_top_k_by_gain({"a": float("nan")}, 1)
+        select_by_gain({"a": float("nan")}, 1)
 
 
 def test_matrix_select_and_cube(tiny_panel):

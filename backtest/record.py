@@ -1,0 +1,69 @@
+"""What a finished backtest leaves in its tracked run: data, guard evidence and reports, at the paths of
+:data:`backtest.tracking.layout.ARTIFACTS`.
+
+::
+
+    BacktestResult --record_backtest--> run: predictions, positions, daily returns, periods, fold metrics,
+                                         feature importance, leakage records, feature audit, reports/
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+
+import pandas as pd
+
+from backtest.engine import BacktestResult
+from backtest.reports import feature_value_drift, write_backtest_reports
+from backtest.tracking import ARTIFACTS, TrackedRun
+
+
+@dataclass(frozen=True)
+class ReportChoice:
+    """Which reports a run writes (the ``tracking`` config's switches)."""
+
+    tearsheet: bool = True
+    plots: bool = True
+    drift_report: bool = True
+
+
+def record_backtest(run: TrackedRun, result: BacktestResult, *, title: str, reports: ReportChoice) -> None:
+    """Log every artifact of ``result`` to ``run`` and write its reports into it."""
+    p = result.portfolio
+    run.log_frame(result.scores.to_frame(), ARTIFACTS.predictions)
+    run.log_frame(p.positions, ARTIFACTS.positions)
+    run.log_frame(pd.DataFrame({"strategy": p.returns, "equal_weight": p.benchmark_returns}), ARTIFACTS.daily_returns)
+    run.log_frame(p.periods, ARTIFACTS.periods)
+    run.log_frame(result.fold_metrics, ARTIFACTS.fold_metrics)
+    run.log_frame(result.importance, ARTIFACTS.feature_importance)
+    run.log_json([r.to_dict() for r in result.records], ARTIFACTS.leakage_records)
+    if result.audit is not None:
+        run.log_json({"passed": result.audit.passed, "summary": result.audit.summary()}, ARTIFACTS.feature_audit)
+    with tempfile.TemporaryDirectory(prefix="rankbacktest-reports-") as tmp:
+        write_backtest_reports(
+            tmp, p.returns, p.benchmark_returns, title=title, importance=importance_by_decision(result),
+            value_drift=value_drift(result) if reports.drift_report else None,
+            tearsheet=reports.tearsheet, plots=reports.plots, drift_report=reports.drift_report,
+        )
+        run.log_artifact(tmp, ARTIFACTS.reports)
+
+
+def importance_by_decision(result: BacktestResult) -> pd.DataFrame | None:
+    """Fold x feature gain indexed by each fold's decision date; None for rankers without importance."""
+    if result.importance.empty:
+        return None
+    decision = {r.fold: r.decision_date for r in result.records}
+    importance = result.importance.copy()
+    importance.index = pd.DatetimeIndex([decision[f] for f in importance.index], name="decision_date")
+    return importance
+
+
+def value_drift(result: BacktestResult, max_rows: int = 20_000) -> pd.DataFrame:
+    """PSI / KS of every feature: the first fold's training window against the test period."""
+    first = result.records[0]
+    dates = result.features.index.get_level_values(0)
+    reference = (dates >= first.train_start) & (dates <= first.train_end)
+    current = dates.isin(result.scores.index.get_level_values(0).unique())
+    values = result.features.values
+    return feature_value_drift(values[reference], values[current], result.feature_names, max_rows=max_rows)

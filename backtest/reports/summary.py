@@ -1,0 +1,79 @@
+"""The run summary printed at the end of a backtest: the tearsheet's table, then the evidence.
+
+The strategy / equal-weight rows are :func:`backtest.reports.tearsheet.tearsheet_metrics`, the same
+numbers the HTML tearsheet shows; the lines below them come from the run's headline metrics
+(:func:`backtest.metrics.headline_metrics`) and its guard verdicts (:mod:`backtest.leakage`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pandas as pd
+
+from backtest.reports.tearsheet import format_metric, tearsheet_metrics
+
+#: Rows of the tearsheet table shown in the summary, with the label printed for each.
+SUMMARY_ROWS: Mapping[str, str] = {
+    "Sharpe": "Sharpe",
+    "Sortino": "Sortino",
+    "CAGR": "annual return",
+    "Cumulative Return": "cumulative return",
+    "Volatility (ann.)": "annual volatility",
+    "Max Drawdown": "max drawdown",
+    "Sharpe ex best month": "Sharpe ex best month",
+    "CAGR ex best month": "ann. return ex best month",
+    "Sharpe ex best 3 months": "Sharpe ex best 3 months",
+}
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What the summary says besides the returns: where the run is and what its guards said."""
+
+    n_folds: int
+    n_features: int
+    ndcg_depth: int  # the headline NDCG is ndcg_at_<depth>: the portfolio's depth
+    leak_guard: str
+    feature_audit: str
+    comparable: bool
+    run_id: str
+    tearsheet_uri: str
+    ui: str
+
+
+def summary_text(returns: pd.Series, benchmark: pd.Series, metrics: Mapping[str, float], run: RunSummary) -> str:
+    """The summary of one backtest as text.
+
+    Parameters
+    ----------
+    returns, benchmark : daily strategy and equal-weight returns over the test period.
+    metrics : the run's headline metrics (``win_rate_vs_ew``, ``rank_ic_mean``, ``dsr``, ...).
+    run : fold and feature counts, guard verdicts and where to look.
+    """
+    table = tearsheet_metrics(returns, benchmark)
+    period = f"{returns.index.min():%Y-%m-%d} .. {returns.index.max():%Y-%m-%d}"
+    out = [f"\nbacktest {period}, {run.n_folds} folds, {run.n_features} features",
+           f"{'':28}{'strategy':>12}{'equal weight':>14}"]
+    for row, label in SUMMARY_ROWS.items():
+        strategy, bench = table.loc[row, "Strategy"], table.loc[row, "Benchmark"]
+        out.append(f"{label:28}{format_metric(row, strategy):>12}{format_metric(row, bench):>14}")
+    m = metrics
+    nan = float("nan")
+    out += [
+        f"{'win rate vs EW (periods)':28}{m.get('win_rate_vs_ew', nan):>12.1%}",
+        f"{'excess annual return':28}{m.get('excess_ann_return', nan):>+12.2%}",
+        f"{'turnover (annual)':28}{m.get('turnover', nan):>12.2f}",
+        "",
+        f"rank IC {m.get('rank_ic_mean', nan):+.4f} (ICIR {m.get('icir', nan):+.3f}), "
+        f"NDCG@{run.ndcg_depth} {m.get(f'ndcg_at_{run.ndcg_depth}', nan):.4f}; "
+        f"PSR {m.get('psr', nan):.3f}, DSR {m.get('dsr', nan):.3f}; "
+        f"Sharpe 95% CI [{m.get('sharpe_ci_low', nan):+.2f}, {m.get('sharpe_ci_high', nan):+.2f}]",
+        f"leak guard      {run.leak_guard}   feature audit {run.feature_audit}   "
+        f"comparable {'yes' if run.comparable else 'NO'}",
+        f"MLflow run      {run.run_id}",
+        f"tearsheet       {run.tearsheet_uri}",
+        f"open the UI     {run.ui}",
+    ]
+    return "\n".join(out)
