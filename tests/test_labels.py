@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import doctest
 import logging
 
 import numpy as np
 import pandas as pd
 import pytest
 
-import backtest.labels as labels_module
 from backtest.data.calendar import exchange_calendar
 from backtest.errors import ConfigError, DataContractError, InsufficientHistoryError
 from backtest.labels import Labels, LabelSpec, cross_sectional_target, make_labels
@@ -32,11 +30,6 @@ def make_panel(opens: dict[str, list[float]], dates: pd.DatetimeIndex = DATES, *
                 row[name] = per_code[code][i]
             rows.append(row)
     return pd.DataFrame(rows).set_index(["date", "code"]).sort_index()
-
-
-def test_doctests_of_the_module_hold() -> None:
-    result = doctest.testmod(labels_module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted >= 5 and result.failed == 0
 
 
 # ----------------------------------------------------------------------------------------------------

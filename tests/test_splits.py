@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import json
 from itertools import combinations
 from math import comb
@@ -13,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import backtest.splits as splits_module
 from backtest.errors import ConfigError, DataContractError, InsufficientHistoryError, LeakageError
 from backtest.labels import LabelSpec, make_labels
 from backtest.leakage import LeakageRecord, check_fold
@@ -32,11 +30,6 @@ def horizon_labels(calendar: pd.DatetimeIndex, horizon: int, codes: tuple[str, .
         return pd.Series(ends, index=dates, name="label_end")
     index = pd.MultiIndex.from_product([dates, list(codes)], names=["date", "code"])
     return pd.Series(np.repeat(ends.values, len(codes)), index=index, name="label_end")
-
-
-def test_doctests_of_the_module_hold() -> None:
-    result = doctest.testmod(splits_module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted >= 8 and result.failed == 0
 
 
 # ----------------------------------------------------------------------------------------------------

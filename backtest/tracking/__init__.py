@@ -29,13 +29,17 @@ artifacts     the paths of :data:`ARTIFACTS` (:class:`~backtest.tracking.layout.
 
 Example
 -------
->>> tracker = Tracker.from_config(TrackingConfig(), project_dir=Path("/work/main"))  # doctest: +SKIP
->>> with tracker.start_run(run_name="lambdarank", study="ablation") as run:           # doctest: +SKIP
-...     run.log_config(resolved_config)
-...     run.log_provenance(Provenance("d41d8cd9", "a3f2c1", leak_guard="passed", feature_audit="passed"))
-...     run.log_fold_metrics({1: {"ic": 0.03}, 2: {"ic": 0.01}})
+>>> import tempfile
+>>> store = tempfile.mkdtemp()
+>>> tracker = Tracker(f"sqlite:///{store}/mlruns.db", "example", project_dir=store)
+>>> with tracker.start_run("lambdarank", study="ablation") as run:
+...     _ = run.log_config({"model": {"lr": 0.05}, "tushare": {"token": "abc"}})
+...     _ = run.log_provenance(Provenance("d41d8cd9", "a3f2c1", leak_guard="passed", feature_audit="passed"))
+...     run.log_fold_metrics({0: {"rank_ic": 0.03}, 1: {"rank_ic": 0.01}})
 ...     run.log_metrics({"sharpe": 0.7, "max_drawdown": -0.25})
-...     run.log_artifact(report_dir, ARTIFACTS.reports)
+>>> row = tracker.study_runs("ablation").iloc[0]
+>>> row["status"], row["params.tushare.token"], float(row["metrics.sharpe"]), row["tags.comparable"]
+('FINISHED', '***', 0.7, 'true')
 """
 
 from __future__ import annotations

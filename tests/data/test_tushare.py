@@ -28,6 +28,8 @@ from backtest.data.tushare_download import (
     DownloadPolicy,
     TushareRequestError,
     download_tushare,
+)
+from backtest.data.tushare_download import (
     main as download_main,
 )
 from backtest.data.validate import canonicalize, validate_panel
@@ -248,13 +250,10 @@ def test_files_can_be_renamed_or_skipped(tmp_path: Path, panel: pd.DataFrame) ->
     pd.testing.assert_frame_equal(renamed, panel.drop(columns=list(MONEYFLOW_COLUMNS)))
 
 
-def test_hydra_config_builds_the_same_panel(panel: pd.DataFrame) -> None:
-    from hydra import compose, initialize_config_dir
+def test_hydra_config_builds_the_same_panel(panel: pd.DataFrame, compose_config) -> None:
     from hydra.utils import instantiate
 
-    conf = Path(__file__).resolve().parents[2] / "conf"
-    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["data=tushare", f"data.directory={FIXTURES}"])
+    cfg = compose_config(["data=tushare", f"data.directory={FIXTURES}"])
     assert cfg.data.index_code == "399300.SZ" and cfg.data.suspended_rows == "last_close"
     pd.testing.assert_frame_equal(instantiate(cfg.data, _convert_="all"), panel)
 
