@@ -306,16 +306,24 @@ def _run_folds(
         yield done[fold.fold] if fold.fold in done else results[fold.fold]
 
 
-def _ranking_data(matrix: FeatureMatrix, relevance: pd.Series) -> tuple[RankingData, RankingData]:
-    """Every eligible row (for predictions) and the labelled rows with their relevance (for training).
+def _ranking_data(matrix: FeatureMatrix, relevance: pd.Series,
+                  processing: str | None = None) -> tuple[RankingData, RankingData]:
+    """Every eligible row (for predictions) and the labelled rows with their target (for training).
 
     Training sets are taken from the labelled rows only, so each day of a fold is a whole query group.
+    The target keeps the kind of the label ``processing``: int64 relevance levels for ``bins`` /
+    ``three_class``, float64 for ``raw`` / ``rank`` (reindexing onto the eligible rows has made it
+    float). Without ``processing``, a target of whole numbers is taken for levels.
     """
+    from models.base import LEVEL_PROCESSINGS
+
     data = RankingData(X=matrix.values, dates=matrix.index.get_level_values(0).values,
                        codes=np.asarray(matrix.index.get_level_values(1).astype(str)),
                        feature_names=tuple(matrix.names))
     labelled = np.flatnonzero(relevance.notna().to_numpy())
-    samples = data.take(labelled).with_relevance(relevance.to_numpy()[labelled].astype(np.int64))
+    target = relevance.to_numpy(dtype=np.float64)[labelled]
+    levels = processing in LEVEL_PROCESSINGS if processing is not None else np.array_equal(target, np.round(target))
+    samples = data.take(labelled).with_relevance(target.astype(np.int64) if levels else target)
     return data, samples
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
-from backtest.errors import DataContractError, preview
+from backtest.errors import ConfigError, DataContractError, preview
 
 logger = logging.getLogger(__name__)
 
@@ -471,37 +471,125 @@ def icir(scores: pd.Series, labels: pd.Series) -> float:
     return float(ic.mean() / ic.std(ddof=1))
 
 
-def daily_ndcg(scores: pd.Series, relevance: pd.Series, k: int = 5, gain: str = "exponential") -> pd.Series:
+#: Gain names of :func:`relevance_gains` (LightGBM's ``label_gain`` and :func:`daily_ndcg` share them).
+GAINS: tuple[str, ...] = ("linear", "exponential")
+
+#: Levels a real-valued relevance (raw returns, percentile ranks) is graded into before NDCG: the
+#: label's default 10 relevance bins (``conf/label/default.yaml``).
+NDCG_GRADES = 10
+
+
+def relevance_gains(gain: str | Sequence[float], n_levels: int) -> np.ndarray:
+    """The gain of each relevance level ``0..n_levels-1``: the one definition of NDCG's gain.
+
+    LambdaRank trains with it (``LambdaRankConfig.gains()`` is LightGBM's ``label_gain``) and
+    :func:`daily_ndcg` / :func:`ndcg_at_k` evaluate with it, so a training and a reported NDCG that name
+    the same gain weigh the levels the same way.
+
+    Parameters
+    ----------
+    gain : ``"linear"`` (``g(l) = l``), ``"exponential"`` (``g(l) = 2**l - 1``, LightGBM's default
+        ``label_gain``), or an explicit sequence of ``n_levels`` non-negative gains.
+    n_levels : number of relevance levels (10 for the label's bins, 3 for three classes).
+
+    Returns
+    -------
+    float64 (n_levels,), ``gains[l]`` = gain of level ``l``.
+
+    Examples
+    --------
+    >>> relevance_gains("linear", 4)
+    array([0., 1., 2., 3.])
+    >>> relevance_gains("exponential", 4)
+    array([0., 1., 3., 7.])
+    """
+    if isinstance(n_levels, bool) or not isinstance(n_levels, (int, np.integer)) or n_levels < 1:
+        raise ConfigError(f"relevance_gains: expected n_levels >= 1, received {n_levels!r}.")
+    levels = np.arange(n_levels, dtype=np.float64)
+    if isinstance(gain, str):
+        if gain == "linear":
+            return levels
+        if gain == "exponential":
+            return np.exp2(levels) - 1.0
+        raise ConfigError(
+            f"NDCG gain: expected one of {', '.join(GAINS)} or a list of {n_levels} gains, received {gain!r}."
+            "\n  fix: gain='linear' (the models' default) or gain='exponential'"
+        )
+    gains = np.asarray(gain, dtype=np.float64)
+    if gains.shape != (n_levels,) or not np.isfinite(gains).all() or (gains < 0).any():
+        raise ConfigError(
+            f"NDCG gain: expected {n_levels} finite non-negative gains (one per relevance level), received "
+            f"{preview(np.atleast_1d(gains).tolist())}.\n  fix: give one gain per level 0..{n_levels - 1}"
+        )
+    return gains
+
+
+def _relevance_levels(frame: pd.DataFrame, day_codes: np.ndarray, code_codes: np.ndarray, grades: int) -> np.ndarray:
+    """Integer relevance levels of ``frame["label"]``, int64 (n_rows,): the values themselves when they
+    are whole numbers, else each day graded into ``grades`` bins (``backtest.labels``' bins rule)."""
+    rel = frame["label"].to_numpy(np.float64)
+    if np.array_equal(rel, np.round(rel)):
+        if (rel < 0).any():
+            raise DataContractError(
+                "NDCG needs non-negative relevance levels; received negative whole numbers (-1 marks an "
+                "unknown label in backtest.labels' bins). Drop unlabelled samples, or pass the label bins "
+                "(0..9) or the real-valued label (graded per day)."
+            )
+        return rel.astype(np.int64)
+    from backtest.labels import cross_sectional_target  # the one definition of the bins
+
+    wide = np.full((int(day_codes.max()) + 1, int(code_codes.max()) + 1), np.nan)
+    wide[day_codes, code_codes] = rel
+    return cross_sectional_target(wide, "bins", grades)[day_codes, code_codes]
+
+
+def daily_ndcg(
+    scores: pd.Series,
+    relevance: pd.Series,
+    k: int = 5,
+    gain: str | Sequence[float] = "linear",
+    grades: int = NDCG_GRADES,
+) -> pd.Series:
     """NDCG@k of each day's ranking by score.
 
     ``DCG@k = sum_{i < k} g(rel_i) / log2(i + 2)`` over the names sorted by score (descending; ties in
     code order, like LightGBM's stable sort of a (date, code)-sorted query), divided by the DCG of the
-    ideal order. ``g(rel) = 2^rel - 1`` (``gain="exponential"``, LightGBM's default ``label_gain``)
-    or ``g(rel) = rel`` (``"linear"``).
+    ideal order; ``g`` is :func:`relevance_gains` of ``gain`` (``"linear"``: ``g(l) = l``, the default
+    of both models; ``"exponential"``: ``2**l - 1``).
+
+    Relevance is graded: non-negative whole numbers are the levels themselves (label bins 0..9, three
+    classes 0..2). A real-valued relevance (raw forward returns, percentile ranks) is first graded per
+    day into ``grades`` bins with ``backtest.labels``' ``"bins"`` rule, so the NDCG of a raw-return label
+    equals that of its 10-bin label.
 
     Parameters
     ----------
     scores : Series indexed by (date, code)
-    relevance : Series indexed by (date, code), >= 0
-        Label bins (0..9) or non-negative gains.
-    k : int
+    relevance : Series indexed by (date, code)
+        Relevance levels (>= 0), or a real-valued label (graded per day).
+    k : int, the depth (names bought).
+    gain : a gain name of :func:`relevance_gains` or one gain per level.
+    grades : levels a real-valued relevance is graded into.
 
     Returns
     -------
     Series indexed by date; NaN on days whose relevance is all 0 (LightGBM counts those as 1).
     """
-    if gain not in ("exponential", "linear"):
-        raise DataContractError(f"gain must be 'exponential' or 'linear'; received {gain!r}.")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ConfigError(f"NDCG depth: expected k >= 1, received {k!r}.")
     frame = _aligned(scores, relevance, "relevance")
-    rel = frame["label"].to_numpy(np.float64)
-    if (rel < 0).any():
-        raise DataContractError(
-            "NDCG needs non-negative relevance (label bins or gains); received negative values. "
-            "Pass the binned label (0..9), not raw returns."
-        )
     day_codes, days = pd.factorize(frame.index.get_level_values(0), sort=True)
     code_codes = pd.factorize(frame.index.get_level_values(1), sort=True)[0]
-    gains = np.exp2(rel) - 1.0 if gain == "exponential" else rel
+    levels = _relevance_levels(frame, day_codes, code_codes, grades)
+    n_levels = int(levels.max()) + 1 if isinstance(gain, str) else len(gain)
+    if levels.max() >= n_levels:
+        raise DataContractError(
+            f"NDCG: relevance reaches level {int(levels.max())} but {n_levels} gains were given; give one "
+            "gain per level."
+        )
+    table = relevance_gains(gain, n_levels)
+    gains = table[levels]
+    rel = levels.astype(np.float64)
 
     def dcg(order: np.ndarray) -> np.ndarray:
         day_sorted = day_codes[order]
@@ -518,9 +606,29 @@ def daily_ndcg(scores: pd.Series, relevance: pd.Series, k: int = 5, gain: str = 
     return pd.Series(ndcg, index=pd.DatetimeIndex(days, name="date"), name=f"ndcg_at_{k}")
 
 
-def ndcg_at_k(scores: pd.Series, relevance: pd.Series, k: int = 5, gain: str = "exponential") -> float:
-    """Mean of :func:`daily_ndcg` over the days where it is defined."""
-    return float(daily_ndcg(scores, relevance, k, gain).mean())
+def ndcg_at_k(
+    scores: pd.Series,
+    relevance: pd.Series,
+    k: int = 5,
+    gain: str | Sequence[float] = "linear",
+    grades: int = NDCG_GRADES,
+) -> float:
+    """Mean of :func:`daily_ndcg` over the days where it is defined.
+
+    The headline metric (``ndcg_at_5`` and the per-fold NDCG) is the one the model trained and early
+    stopped on: depth ``k = ranker.ndcg_depth`` (the stocks bought, ``portfolio.top_k``, 5 by default)
+    and gain ``ranker.ndcg_gain`` (``"linear"`` by default for both models, see :func:`relevance_gains`),
+    on the label's relevance levels (a real-valued label graded per day into 10 bins).
+
+    >>> idx = pd.MultiIndex.from_product([pd.to_datetime(["2024-01-02"]), ["a", "b", "c"]])
+    >>> scores = pd.Series([3.0, 2.0, 1.0], index=idx)
+    >>> relevance = pd.Series([1, 2, 0], index=idx)
+    >>> round(ndcg_at_k(scores, relevance, k=2), 4)  # (1 + 2 / log2(3)) / (2 + 1 / log2(3))
+    0.8597
+    >>> round(ndcg_at_k(scores, relevance, k=2, gain="exponential"), 4)  # gains 1, 3, 0
+    0.7967
+    """
+    return float(daily_ndcg(scores, relevance, k, gain, grades).mean())
 
 
 # --------------------------------------------------------------------------------------------------

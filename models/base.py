@@ -11,9 +11,12 @@
     dates          datetime64[ns] (n_samples,)                      decision day t of the sample
     codes          str (n_samples,)                                 stock code
     feature_names  tuple of n_features str                          column names of X
-    relevance      int32 (n_samples,) in 0..n_bins-1, or None       cross-sectional label bin, the
-                                                                    ``"bins"`` target of backtest.labels
-                                                                    (None at predict time)
+    relevance      int64 (n_samples,) >= 0, or float64 (n_samples,)  the training target, the label's
+                   or None                                          cross-sectional processing
+                                                                    (backtest.labels): int64 relevance
+                                                                    levels for ``bins`` / ``three_class``,
+                                                                    float64 for ``raw`` / ``rank``; None
+                                                                    at predict time
     wide           float32 (n_grid_dates, n_grid_codes, n_features)  the same features on the full
                    or None                                          (date x code) grid, NaN where missing;
                                                                     the source of the transformer's
@@ -31,6 +34,10 @@ and predict sets are ``take``-n from it, so they share ``wide`` and know their r
 Timing: the features of day t use data up to the close of t; ``relevance`` of a sample is known only on
 its ``label_end``. Purging training rows whose label is not yet known is the splitter's job
 (``backtest.splits``); nothing here looks at label timing.
+
+Which label a model can learn from is the model's own declaration (:attr:`Ranker.accepted_labels`),
+checked by :func:`check_label_processing` when a run is composed; :class:`RankerBase` holds the
+defaults of the protocol's optional members.
 """
 
 from __future__ import annotations
@@ -38,13 +45,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
 
 import numpy as np
 import pandas as pd
 
 from backtest.data.panel import WideGrid
-from backtest.errors import DataContractError, preview
+from backtest.errors import ConfigError, DataContractError, preview
+from backtest.labels import PROCESSINGS
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -57,8 +65,9 @@ class RankingData:
     """Samples of a ranking problem, one query group per trading day (see the module docstring).
 
     Build it with :meth:`from_frame` (from a (date, code) feature frame) or directly from arrays.
-    ``X`` is converted to float32 and ``relevance`` to int32 when needed; everything else is validated,
-    not repaired: samples must be sorted by (date, code) and unique.
+    ``X`` is converted to float32; ``relevance`` keeps its kind (integer levels become int64, a
+    real-valued target float64); everything else is validated, not repaired: samples must be sorted by
+    (date, code) and unique.
 
     Examples
     --------
@@ -68,6 +77,8 @@ class RankingData:
     ...                    feature_names=("f",), relevance=np.array([1, 0, 0]))
     >>> data.group_sizes()
     array([2, 1], dtype=int32)
+    >>> data.relevance.dtype, data.with_relevance(np.array([0.012, -0.004, 0.0])).relevance.dtype
+    (dtype('int64'), dtype('float64'))
     """
 
     X: np.ndarray
@@ -307,7 +318,12 @@ class RankingData:
         return self.take(np.flatnonzero(keep))
 
     def with_relevance(self, relevance: np.ndarray | None) -> RankingData:
-        """The same samples with other relevance labels (None for predict-time data)."""
+        """The same samples with another training target (None for predict-time data).
+
+        The target keeps its kind: integer relevance levels stay integers (int64), a real-valued target
+        (raw returns, percentile ranks) stays float64; a model that cannot learn from it refuses it in
+        ``fit``.
+        """
         return replace(self, relevance=relevance)
 
     # ------------------------------------------------------------------ construction
@@ -325,7 +341,8 @@ class RankingData:
         Parameters
         ----------
         features : DataFrame indexed by (date, code), float columns (cast to float32).
-        relevance : int labels aligned with ``features``' rows (a Series is aligned on the index), or None.
+        relevance : the training target aligned with ``features``' rows (a Series is aligned on the
+            index): integer relevance levels or a real-valued label; or None.
         tensor : ``(wide, grid)`` from :func:`feature_tensor`, usually built over more rows than
             ``features`` (e.g. every listed stock, while ``features`` holds only index members) so that
             windows see a stock's history before it joined the universe. Every sample must be on the grid.
@@ -381,20 +398,24 @@ class RankingData:
 
 
 def _as_relevance(relevance: np.ndarray, n: int) -> np.ndarray:
+    """The target as int64 (integer levels, >= 0) or float64 (a real-valued label, finite)."""
     rel = np.asarray(relevance)
     if rel.shape != (n,):
         raise DataContractError(f"RankingData.relevance: expected shape ({n},), received {rel.shape}.")
     if rel.dtype.kind == "f":
-        bad = ~np.isfinite(rel) | (rel != np.round(rel))
+        bad = ~np.isfinite(rel)
         if bad.any():
             raise DataContractError(
-                f"RankingData.relevance: expected integer bins, received {int(bad.sum())} non-integer or "
-                f"missing values (first at row {int(np.flatnonzero(bad)[0])}). Drop samples whose label "
-                "is unknown (their label_end is after the data) before building training data."
+                f"RankingData.relevance: expected a finite target, received {int(bad.sum())} missing values "
+                f"(first at row {int(np.flatnonzero(bad)[0])}). Drop samples whose label is unknown (their "
+                "label_end is after the data) before building training data."
             )
-    elif rel.dtype.kind not in "iu":
-        raise DataContractError(f"RankingData.relevance: expected integers, received dtype {rel.dtype}.")
-    rel = rel.astype(np.int32)
+        return rel.astype(np.float64, copy=False)
+    if rel.dtype.kind not in "iub":
+        raise DataContractError(
+            f"RankingData.relevance: expected integer levels or a real-valued target, received dtype {rel.dtype}."
+        )
+    rel = rel.astype(np.int64, copy=False)
     if rel.size and rel.min() < 0:
         raise DataContractError(
             f"RankingData.relevance: expected bins >= 0, received {int((rel < 0).sum())} negative values "
@@ -488,13 +509,63 @@ def _window_view_torch(wide, date_positions, window, code_positions):  # type: i
     return x * keep.to(x.dtype), mask
 
 
+#: The label processings whose target is integer relevance levels (``backtest.labels``: int64).
+LEVEL_PROCESSINGS: frozenset[str] = frozenset({"bins", "three_class"})
+
+#: The config choice that gives each label processing (conf/label/*.yaml), for the ``fix:`` line.
+LABEL_OPTIONS: dict[str, str] = {
+    "bins": "label=default (10 relevance bins)",
+    "three_class": "label=three_class",
+    "raw": "label=raw",
+    "rank": "label=rank",
+}
+
+#: The rankers of conf/model/*.yaml (config name -> ``module:class``), for the ``fix:`` line.
+MODEL_OPTIONS: dict[str, str] = {
+    "lambdarank": "models.lambdarank:LambdaRankRanker",
+    "stock_transformer": "models.transformer_ranker:StockTransformerRanker",
+}
+
+
 @runtime_checkable
 class Ranker(Protocol):
     """What the rolling engine needs from a model.
 
     One ranker object may serve a whole backtest: ``prepare`` once with all samples, then ``fit`` and
     ``predict`` per fold (a ranker with warm start continues from its previous fit).
+
+    Besides the methods, a ranker declares ``accepted_labels`` (which targets it can learn from),
+    ``stateful`` and ``adopt_state`` (how the engine orders and resumes its folds), and ``ndcg_depth``
+    / ``ndcg_gain`` (the NDCG it trains or early-stops on, which the headline NDCG repeats).
+    :class:`RankerBase` gives the defaults of the optional ones (``stateful`` False, ``adopt_state``
+    taking over every attribute, ``ndcg_depth`` None, ``ndcg_gain`` ``"linear"``).
     """
+
+    #: The label processings (``backtest.labels.PROCESSINGS``) the model can learn from; a run with
+    #: another one is refused by :func:`check_label_processing` (and by ``fit``).
+    accepted_labels: ClassVar[frozenset[str]]
+
+    #: True when a fit continues from the previous one (warm start): the engine then runs the folds in
+    #: order on one ranker object, and a resumed run restores the previous fold's model with
+    #: :meth:`adopt_state`. False: every fit starts afresh and folds may run in any order, in parallel.
+    stateful: bool
+
+    def adopt_state(self, other: Self) -> None:
+        """Take over the fitted state of ``other`` (a ranker of the same class, e.g. one ``load``-ed from
+        a checkpoint) while keeping what ``prepare`` built, so that the next ``fit`` continues from it."""
+        ...
+
+    @property
+    def ndcg_depth(self) -> int | None:
+        """The NDCG depth the model trains or early-stops on (``portfolio.top_k``: the stocks bought);
+        None when the model has none (the engine then evaluates at ``portfolio.top_k``)."""
+        ...
+
+    @property
+    def ndcg_gain(self) -> str | tuple[float, ...]:
+        """The gain of that NDCG: a name of :func:`backtest.metrics.relevance_gains` (``"linear"``,
+        ``"exponential"``) or one gain per relevance level."""
+        ...
 
     @property
     def params(self) -> dict[str, Any]:
@@ -532,3 +603,103 @@ class Ranker(Protocol):
     def feature_importance(self) -> dict[str, float]:
         """Gain importance by feature name (empty when the model has none)."""
         ...
+
+
+class RankerBase:
+    """The defaults of :class:`Ranker`'s optional members; a ranker class inherits them and overrides
+    what it needs (it must still declare ``accepted_labels`` and implement the methods).
+
+    Examples
+    --------
+    >>> class Constant(RankerBase):
+    ...     accepted_labels = LEVEL_PROCESSINGS
+    ...     def __init__(self, value: float = 0.0) -> None:
+    ...         self.value = value
+    >>> a, b = Constant(), Constant(2.0)
+    >>> a.stateful, a.ndcg_depth, a.ndcg_gain
+    (False, None, 'linear')
+    >>> a.adopt_state(b); a.value
+    2.0
+    """
+
+    accepted_labels: ClassVar[frozenset[str]]
+    stateful: bool = False
+
+    def adopt_state(self, other: Self) -> None:
+        """Become ``other``: every instance attribute of ``other`` replaces this one's. Right for a
+        ranker whose whole state is its fitted attributes; a ranker whose ``prepare`` builds something
+        worth keeping (LambdaRank's binned panel) overrides it."""
+        if type(other) is not type(self):
+            raise TypeError(f"{type(self).__name__}.adopt_state: expected a {type(self).__name__}, "
+                            f"received a {type(other).__name__}.")
+        vars(self).update(vars(other))
+
+    @property
+    def ndcg_depth(self) -> int | None:
+        return None
+
+    @property
+    def ndcg_gain(self) -> str | tuple[float, ...]:
+        return "linear"
+
+
+def check_label_processing(ranker: object, processing: str) -> None:
+    """Refuse a label processing the ranker (an instance or a class) cannot learn from.
+
+    Call it when a run is composed, before any work: LambdaRank trained on raw returns would otherwise
+    learn nothing and still report a result.
+
+    Raises
+    ------
+    ConfigError : ``processing`` is not in the ranker's ``accepted_labels``; the message names the
+        accepted processings and a ``fix:`` line with the config choices that work.
+
+    Examples
+    --------
+    >>> class LevelsOnly(RankerBase):
+    ...     accepted_labels = LEVEL_PROCESSINGS
+    >>> check_label_processing(LevelsOnly, "bins")
+    >>> check_label_processing(LevelsOnly(), "raw")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    backtest.errors.ConfigError: LevelsOnly cannot learn from label.processing=raw: expected one of bins, three_class, received raw.
+      fix: label=default (10 relevance bins) or label=three_class, or model=stock_transformer
+    """
+    cls = ranker if isinstance(ranker, type) else type(ranker)
+    accepted = getattr(cls, "accepted_labels", None)
+    if accepted is None:
+        raise ConfigError(
+            f"{cls.__name__}: expected a ranker declaring accepted_labels (the label processings it can "
+            f"learn from), received none.\n  fix: set {cls.__name__}.accepted_labels, e.g. "
+            "frozenset({'bins', 'three_class'}), or inherit models.base.RankerBase and declare it"
+        )
+    if processing not in PROCESSINGS:
+        raise ConfigError(
+            f"label.processing: expected one of {', '.join(PROCESSINGS)}, received {processing!r}.\n"
+            f"  fix: {' or '.join(LABEL_OPTIONS[p] for p in PROCESSINGS)}"
+        )
+    if processing in accepted:
+        return
+    raise ConfigError(
+        f"{cls.__name__} cannot learn from label.processing={processing}: expected one of "
+        f"{', '.join(sorted(accepted))}, received {processing}.\n  fix: {label_processing_fix(cls, processing)}"
+    )
+
+
+def label_processing_fix(ranker: object, processing: str) -> str:
+    """The ``fix:`` advice for a ``processing`` the ranker refuses: the label choices it accepts, then
+    the models (conf/model) that accept ``processing``."""
+    cls = ranker if isinstance(ranker, type) else type(ranker)
+    accepted = getattr(cls, "accepted_labels", frozenset())
+    labels = " or ".join(LABEL_OPTIONS[p] for p in PROCESSINGS if p in accepted)
+    models = [name for name, target in MODEL_OPTIONS.items()
+              if processing in _accepted_labels_of(target) and not target.endswith(f":{cls.__name__}")]
+    return labels + (f", or {' or '.join(f'model={m}' for m in models)}" if models else "")
+
+
+def _accepted_labels_of(target: str) -> frozenset[str]:
+    """``accepted_labels`` of the ranker class at ``module:class`` (imported on demand: error path only)."""
+    import importlib
+
+    module, name = target.split(":")
+    return frozenset(getattr(getattr(importlib.import_module(module), name), "accepted_labels", ()))

@@ -1,4 +1,5 @@
-"""LightGBM LambdaRank: one query group per trading day, NDCG@k on relevance bins of the label.
+"""LightGBM LambdaRank: one query group per trading day, NDCG@k on the integer relevance levels of the
+label (its ``bins`` or ``three_class`` processing; a real-valued label is refused).
 
 Rolling speed: :class:`BinnedPanel` bins every sample of a backtest once and hands each fold a
 ``Dataset.subset`` of whole days (binning a 225k-row window costs seconds, a subset a tenth of a second);
@@ -19,7 +20,8 @@ import lightgbm as lgb
 import numpy as np
 
 from backtest.errors import ConfigError, DataContractError, preview
-from models.base import RankingData
+from backtest.metrics import GAINS, relevance_gains
+from models.base import LEVEL_PROCESSINGS, RankerBase, RankingData, label_processing_fix
 
 log = logging.getLogger(__name__)
 
@@ -33,17 +35,19 @@ class LambdaRankConfig:
 
     Parameters
     ----------
-    n_bins : relevance bins of the label (``backtest.labels``' ``"bins"`` target); labels ``0..n_bins-1``.
+    n_bins : relevance levels of the label, ``0..n_bins-1`` (10 for the ``"bins"`` target, 3 for
+        ``"three_class"``); one ``label_gain`` per level.
     label_gain : ``"linear"`` (gain ``l``, default), ``"exponential"`` (``2**l - 1``, LightGBM's
-        default) or an explicit sequence of ``n_bins`` gains. Linear on purpose: a bin is a decile of a
+        default) or an explicit sequence of ``n_bins`` gains, as :func:`backtest.metrics.relevance_gains`
+        defines them (the headline NDCG uses the same). Linear on purpose: a bin is a decile of a
         noisy 5-day return, and the top decile (30 stocks) is already six times the 5 stocks bought; the
         exponential gain weighs the top bin 511x the second-lowest, which turns the objective into
         "find the extreme decile" and mostly fits idiosyncratic jumps, while a linear gain keeps the
         whole upper half of the order informative.
-    top_k : stocks bought per day; the default truncation is ``top_k + 3``.
-    eval_at : NDCG cut-offs reported on the validation set; the first one drives early stopping.
+    ndcg_depth : the NDCG depth: the stocks bought per day (``portfolio.top_k`` in the config). The
+        validation NDCG at this depth drives early stopping, and the headline NDCG repeats it.
     truncation_level : ``lambdarank_truncation_level`` (pairs involving the top positions only);
-        None -> ``top_k + 3`` (15-20% faster than LightGBM's 30, same quality at k = 5).
+        None -> ``ndcg_depth + 3`` (15-20% faster than LightGBM's 30, same quality at depth 5).
     num_leaves, learning_rate, min_data_in_leaf, feature_fraction, lambda_l2, max_bin : tree growth;
         ``min_data_in_leaf`` ~ one day's cross-section keeps leaves from fitting single days.
     num_boost_round : rounds of a fresh fit; early stopping (``early_stopping_rounds``, None = off) on
@@ -58,8 +62,7 @@ class LambdaRankConfig:
 
     n_bins: int = 10
     label_gain: str | tuple[float, ...] = "linear"
-    top_k: int = 5
-    eval_at: tuple[int, ...] = (5, 3)
+    ndcg_depth: int = 5
     truncation_level: int | None = None
     num_leaves: int = 31
     learning_rate: float = 0.05
@@ -80,22 +83,24 @@ class LambdaRankConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.label_gain, str):
             object.__setattr__(self, "label_gain", tuple(float(g) for g in self.label_gain))
-        object.__setattr__(self, "eval_at", tuple(int(k) for k in self.eval_at))
         object.__setattr__(self, "extra", dict(self.extra))
         if self.n_bins < 2:
             raise ConfigError(f"model.n_bins: expected >= 2, received {self.n_bins}.")
-        if isinstance(self.label_gain, str) and self.label_gain not in ("linear", "exponential"):
+        if isinstance(self.label_gain, str) and self.label_gain not in GAINS:
             raise ConfigError(
-                f"model.label_gain: expected 'linear', 'exponential' or a list of {self.n_bins} gains, "
-                f"received {self.label_gain!r}."
+                f"model.label_gain: expected {' or '.join(repr(g) for g in GAINS)} or a list of "
+                f"{self.n_bins} gains, received {self.label_gain!r}."
             )
         if not isinstance(self.label_gain, str) and len(self.label_gain) != self.n_bins:
             raise ConfigError(
                 f"model.label_gain: expected {self.n_bins} gains (one per relevance bin), received "
                 f"{len(self.label_gain)}."
             )
-        if not self.eval_at or min(self.eval_at) < 1:
-            raise ConfigError(f"model.eval_at: expected positive cut-offs, received {self.eval_at}.")
+        if isinstance(self.ndcg_depth, bool) or not isinstance(self.ndcg_depth, int) or self.ndcg_depth < 1:
+            raise ConfigError(
+                f"model.ndcg_depth: expected a positive number of stocks, received {self.ndcg_depth!r}.\n"
+                "  fix: model.config.ndcg_depth=${portfolio.top_k} (the default)"
+            )
         if self.warm_start and (self.warm_start_rounds < 1 or self.full_refit_every < 1):
             raise ConfigError(
                 "model.warm_start_rounds and model.full_refit_every must be >= 1 with warm_start, received "
@@ -103,22 +108,17 @@ class LambdaRankConfig:
             )
 
     def gains(self) -> np.ndarray:
-        """The ``label_gain`` vector, float64 (n_bins,)."""
-        levels = np.arange(self.n_bins, dtype=np.float64)
-        if self.label_gain == "linear":
-            return levels
-        if self.label_gain == "exponential":
-            return 2.0**levels - 1.0
-        return np.asarray(self.label_gain, dtype=np.float64)
+        """The ``label_gain`` vector, float64 (n_bins,): :func:`backtest.metrics.relevance_gains`."""
+        return relevance_gains(self.label_gain, self.n_bins)
 
     def lgb_params(self) -> dict[str, Any]:
         """The LightGBM parameter dict (also given to :class:`BinnedPanel` so the bins match)."""
         params: dict[str, Any] = {
             "objective": "lambdarank",
             "metric": "ndcg",
-            "eval_at": list(self.eval_at),
+            "eval_at": [self.ndcg_depth],
             "label_gain": [float(g) for g in self.gains()],
-            "lambdarank_truncation_level": self.truncation_level or self.top_k + 3,
+            "lambdarank_truncation_level": self.truncation_level or self.ndcg_depth + 3,
             "num_leaves": self.num_leaves,
             "learning_rate": self.learning_rate,
             "min_data_in_leaf": self.min_data_in_leaf,
@@ -138,8 +138,9 @@ class LambdaRankConfig:
 class EarlyStopping:
     """Early stopping on one named validation metric (e.g. ``ndcg@5``).
 
-    LightGBM sorts ``eval_at``, so its own ``early_stopping(first_metric_only=True)`` would always stop on
-    the smallest cut-off; this callback follows the metric it is given.
+    LightGBM sorts ``eval_at`` (``extra`` may add cut-offs to ``ndcg_depth``), so its own
+    ``early_stopping(first_metric_only=True)`` would stop on the smallest cut-off; this callback follows
+    the metric it is given.
     """
 
     order = 30
@@ -155,7 +156,7 @@ class EarlyStopping:
         if not found:
             raise ConfigError(
                 f"early stopping: no {self.dataset} metric {self.metric!r} among "
-                f"{preview(r[1] for r in env.evaluation_result_list)}; check model.eval_at."
+                f"{preview(r[1] for r in env.evaluation_result_list)}; check model.ndcg_depth."
             )
         if found[0][2] > self.best_score:
             self.best_score, self.best_iteration = found[0][2], env.iteration
@@ -257,7 +258,7 @@ class BinnedPanel:
         Parameters
         ----------
         rows : int (n_rows,), positions in the panel's data.
-        relevance : int (n_rows,), the labels of those rows.
+        relevance : int (n_rows,), the relevance levels of those rows.
         """
         sizes = self.whole_days(rows)
         ds = self.dataset.subset(np.asarray(rows, dtype=np.int32)).construct()
@@ -276,8 +277,12 @@ class BinnedPanel:
         return rows
 
 
-class LambdaRankRanker:
+class LambdaRankRanker(RankerBase):
     """LightGBM LambdaRank behind the :class:`~models.base.Ranker` protocol.
+
+    It learns from integer relevance levels only (``accepted_labels``: the label's ``bins`` and
+    ``three_class`` processings): LightGBM's lambdarank reads the label as a level, so a raw return or a
+    percentile rank would be cut to a constant 0 and train nothing.
 
     Parameters
     ----------
@@ -293,6 +298,8 @@ class LambdaRankRanker:
         next fit is fresh again when it reaches ``full_refit_every``.
     """
 
+    accepted_labels = LEVEL_PROCESSINGS
+
     def __init__(self, config: LambdaRankConfig | None = None) -> None:
         self.config = config or LambdaRankConfig()
         self.booster: lgb.Booster | None = None
@@ -307,7 +314,17 @@ class LambdaRankRanker:
         ranker object (and a resumed run must restore the previous booster, see :meth:`adopt_state`)."""
         return self.config.warm_start
 
-    def adopt_state(self, other: LambdaRankRanker) -> None:
+    @property
+    def ndcg_depth(self) -> int:
+        """The NDCG depth of early stopping (``config.ndcg_depth``)."""
+        return self.config.ndcg_depth
+
+    @property
+    def ndcg_gain(self) -> str | tuple[float, ...]:
+        """The gain of training and early stopping (``config.label_gain``)."""
+        return self.config.label_gain
+
+    def adopt_state(self, other: Self) -> None:
         """Take the fitted state (booster, features, warm-start position) of ``other``, e.g. a ranker
         ``load``-ed from a checkpoint, keeping this one's prepared BinnedPanel."""
         self.booster, self.feature_names = other.booster, other.feature_names
@@ -318,7 +335,6 @@ class LambdaRankRanker:
         p = asdict(self.config)
         extra = p.pop("extra")
         p["label_gain"] = p["label_gain"] if isinstance(p["label_gain"], str) else list(p["label_gain"])
-        p["eval_at"] = list(p["eval_at"])
         p.update({f"extra.{k}": v for k, v in extra.items()})
         return p
 
@@ -338,6 +354,13 @@ class LambdaRankRanker:
             return
         if data.relevance is None:
             raise DataContractError(f"LambdaRankRanker.{what}: relevance labels are required to train.")
+        if not np.issubdtype(data.relevance.dtype, np.integer):
+            raise ConfigError(
+                f"LambdaRankRanker.{what}: expected integer relevance levels (label.processing "
+                f"{' or '.join(sorted(self.accepted_labels))}), received a {data.relevance.dtype} target (a raw "
+                "or rank label): lambdarank would read it as whole-number levels and train on constants.\n"
+                f"  fix: {label_processing_fix(self, 'raw')}"
+            )
         if data.relevance.size and data.relevance.max() >= self.config.n_bins:
             raise DataContractError(
                 f"LambdaRankRanker.{what}: relevance reaches {int(data.relevance.max())} but n_bins is "
@@ -382,7 +405,7 @@ class LambdaRankRanker:
         if valid is not None:
             valid_sets, valid_names = [self._dataset(valid, train_ds, params)], ["valid"]
             if cfg.early_stopping_rounds:
-                callbacks.append(EarlyStopping(f"ndcg@{cfg.eval_at[0]}", cfg.early_stopping_rounds))
+                callbacks.append(EarlyStopping(f"ndcg@{cfg.ndcg_depth}", cfg.early_stopping_rounds))
         rounds = cfg.warm_start_rounds if warm else cfg.num_boost_round
         init_iter = self.booster.current_iteration() if warm and self.booster is not None else 0
         booster = lgb.train(

@@ -6,7 +6,7 @@ Reading order (one module per concept, each step's tensor shape in the comments)
     TemporalEncoder      per stock, attention over its own days      -> (days*stocks, window, d_model)
     FeatureAttention     attention pooling over the last 5/10/30 days -> (days*stocks, d_model)
     CrossStockAttention  the day's stocks attend to each other        -> (days, stocks, d_model)
-    MoERankingHead       top-k routed experts (+ load-balancing loss) -> (days, stocks, d_model)
+    MoERankingHead       routed experts per stock (+ load balancing)  -> (days, stocks, d_model)
     ScoreHead            one score per stock                          -> (days, stocks)
 
 Masked stocks (padding, missing members) are zeroed at the input, excluded as keys of the cross-stock
@@ -46,9 +46,9 @@ class StockTransformerConfig:
     scales : lengths (last days) of the attention pools of :class:`FeatureAttention`; each <= window.
     cross_stock : let the stocks of a day attend to each other (ablation switch).
     cross_heads : heads of the cross-stock attention.
-    moe : a mixture of ``n_experts`` routed experts (``top_k`` per stock) as ranking head; False uses
-        a single expert (the ablation baseline, no routing).
-    n_experts, top_k, expert_hidden : the mixture; ``expert_hidden`` None -> ``2 * d_model``.
+    moe : a mixture of ``n_experts`` routed experts (``experts_per_stock`` of them mixed for each stock)
+        as ranking head; False uses a single expert (the ablation baseline, no routing).
+    n_experts, experts_per_stock, expert_hidden : the mixture; ``expert_hidden`` None -> ``2 * d_model``.
     max_attention_batch : sequences per temporal attention call are kept strictly below this bound
         (the kernel limit); larger batches are run in chunks.
     """
@@ -65,7 +65,7 @@ class StockTransformerConfig:
     cross_heads: int = 4
     moe: bool = True
     n_experts: int = 4
-    top_k: int = 2
+    experts_per_stock: int = 2
     expert_hidden: int | None = None
     max_attention_batch: int = ATTENTION_BATCH_LIMIT
 
@@ -81,8 +81,10 @@ class StockTransformerConfig:
             )
         if not self.scales or min(self.scales) < 1 or max(self.scales) > self.window:
             problems.append(f"scales={self.scales} must lie in [1, window={self.window}]")
-        if self.moe and not 1 <= self.top_k <= self.n_experts:
-            problems.append(f"top_k={self.top_k} must lie in [1, n_experts={self.n_experts}]")
+        if self.moe and not 1 <= self.experts_per_stock <= self.n_experts:
+            problems.append(
+                f"experts_per_stock={self.experts_per_stock} must lie in [1, n_experts={self.n_experts}]"
+            )
         if self.max_attention_batch < 2:
             problems.append(f"max_attention_batch={self.max_attention_batch} must be >= 2")
         if problems:
@@ -171,10 +173,12 @@ class CrossStockAttention(nn.Module):
 
 
 class MoERankingHead(nn.Module):
-    """A mixture of expert MLPs with top-k gating (Switch / GShard style), applied per stock.
+    """A mixture of expert MLPs with top-k gating (Switch / GShard style, k = ``experts_per_stock``),
+    applied per stock.
 
-    Every expert is evaluated densely and the gates (zero outside each stock's top k) mix them: no
-    capacity limit, so no stock is dropped and a stock's output never depends on other stocks' routing.
+    Every expert is evaluated densely and the gates (zero outside each stock's ``experts_per_stock`` best)
+    mix them: no capacity limit, so no stock is dropped and a stock's output never depends on other
+    stocks' routing.
     The load-balancing loss is ``E * sum_e f_e * P_e`` (``f_e``: share of real stocks whose first choice is
     expert e; ``P_e``: their mean gate probability); it is 1 when routing is uniform.
     """
@@ -182,7 +186,7 @@ class MoERankingHead(nn.Module):
     def __init__(self, cfg: StockTransformerConfig) -> None:
         super().__init__()
         self.n_experts = cfg.n_experts if cfg.moe else 1
-        self.top_k = cfg.top_k if cfg.moe else 1
+        self.experts_per_stock = cfg.experts_per_stock if cfg.moe else 1
         d, hdim, e = cfg.d_model, cfg.hidden, self.n_experts
         self.norm = nn.LayerNorm(d)
         self.gate = nn.Linear(d, e, bias=False) if e > 1 else None
@@ -200,7 +204,7 @@ class MoERankingHead(nn.Module):
         if self.gate is None:
             return h + out.squeeze(2), h.new_zeros(())
         probs = torch.softmax(self.gate(a).float(), dim=-1)  # (days, stocks, experts)
-        top_p, top_i = probs.topk(self.top_k, dim=-1)  # (days, stocks, k)
+        top_p, top_i = probs.topk(self.experts_per_stock, dim=-1)  # (days, stocks, experts_per_stock)
         gates = torch.zeros_like(probs).scatter(-1, top_i, top_p / top_p.sum(-1, keepdim=True))
         mixed = (gates.to(out.dtype).unsqueeze(-1) * out).sum(dim=2)  # (days, stocks, d_model)
         weight = mask.to(probs.dtype).unsqueeze(-1)  # (days, stocks, 1): routing stats over real stocks

@@ -5,9 +5,9 @@ Samples come as a :class:`~models.base.RankingData`; its ``wide`` tensor (NaN re
 to the device) is the source of each batch's [day, stock, window, feature] view, gathered on the device
 a few days at a time (``days_per_step``), so the full 4-D array never exists.
 
-Training: AdamW, linear warmup then cosine decay, gradient clipping, a listwise loss on the relevance
-bins, early stopping on the validation tail (mean daily rank IC or NDCG@5), the best epoch's weights
-kept. Seeded: the same seed gives identical scores on CPU (deterministic algorithms are switched on for
+Training: AdamW, linear warmup then cosine decay, gradient clipping, a listwise loss on the label's
+target (every processing: integer relevance levels, or raw returns / percentile ranks), early stopping on
+the validation tail (mean daily rank IC, or NDCG at ``ndcg_depth``), the best epoch's weights kept. Seeded: the same seed gives identical scores on CPU (deterministic algorithms are switched on for
 the duration of the fit; the global RNG state is restored afterwards).
 """
 
@@ -29,8 +29,9 @@ import pandas as pd
 import torch
 
 from backtest.errors import ConfigError, DataContractError, preview
+from backtest.labels import PROCESSINGS
 from backtest.metrics import daily_ic, ndcg_at_k
-from models.base import RankingData, window_view
+from models.base import RankerBase, RankingData, window_view
 from models.ranking_losses import LOSSES, listmle_loss, listnet_loss
 from models.stock_transformer import StockTransformer, StockTransformerConfig
 
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 
 WEIGHTS_FILE = "model.pt"
 META_FILE = "ranker.json"
-METRICS = ("rank_ic", "ndcg@5")
+METRICS = ("rank_ic", "ndcg")
 
 
 @dataclass(frozen=True)
@@ -48,14 +49,22 @@ class TransformerTrainingConfig:
     Parameters
     ----------
     loss : ``"listnet"`` (softmax cross-entropy on relevance), ``"listmle"`` or ``"ranknet"`` (pairwise).
-    listnet_temperature : target ``softmax(relevance / temperature)`` of ListNet.
+    listnet_temperature : ListNet's target is ``softmax(relevance / temperature)`` for integer relevance
+        levels (bins, three classes), and ``softmax(z / temperature)`` for a real-valued label (raw
+        returns, percentile ranks), ``z`` its z-score within the day clipped to +-3: raw returns spread
+        by ~1% would otherwise give a flat target, and the spread changes from day to day
+        (:func:`~models.ranking_losses.listnet_loss`).
     aux_loss_weight : weight of the MoE load-balancing loss.
     learning_rate, weight_decay : AdamW (decay on matrices only, not on biases, norms, positions).
     warmup_fraction, min_lr_ratio : linear warmup over this share of all steps, then cosine decay to
         ``min_lr_ratio * learning_rate``.
     grad_clip : max global gradient norm (0 = off).
     max_epochs, patience : epochs over the training days; stop after ``patience`` epochs without a better
-        validation ``early_stopping_metric`` (``"rank_ic"`` or ``"ndcg@5"``), keep the best weights.
+        validation ``early_stopping_metric``, keep the best weights.
+    early_stopping_metric : ``"rank_ic"`` (mean daily Spearman IC with the target) or ``"ndcg"`` (NDCG at
+        ``ndcg_depth`` with linear gains, :func:`backtest.metrics.ndcg_at_k`; a real-valued target is
+        graded into 10 daily bins).
+    ndcg_depth : depth of the ``"ndcg"`` metric: the stocks bought (``portfolio.top_k`` in the config).
     days_per_step : days (query lists) per optimiser step; predict uses ``predict_days_per_step``.
     device : ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
     precision : ``"auto"`` (bf16 autocast on CUDA, fp32 on CPU), ``"fp32"`` or ``"bf16"``.
@@ -75,6 +84,7 @@ class TransformerTrainingConfig:
     max_epochs: int = 20
     patience: int = 3
     early_stopping_metric: str = "rank_ic"
+    ndcg_depth: int = 5
     days_per_step: int = 16
     predict_days_per_step: int = 64
     device: str = "auto"
@@ -88,7 +98,13 @@ class TransformerTrainingConfig:
         if self.loss not in LOSSES:
             problems.append(f"loss={self.loss!r} must be one of {sorted(LOSSES)}")
         if self.early_stopping_metric not in METRICS:
-            problems.append(f"early_stopping_metric={self.early_stopping_metric!r} must be one of {METRICS}")
+            hint = " (the depth is ndcg_depth: early_stopping_metric=ndcg)" if self.early_stopping_metric.startswith(
+                "ndcg@") else ""
+            problems.append(
+                f"early_stopping_metric={self.early_stopping_metric!r} must be one of {METRICS}{hint}"
+            )
+        if isinstance(self.ndcg_depth, bool) or not isinstance(self.ndcg_depth, int) or self.ndcg_depth < 1:
+            problems.append(f"ndcg_depth={self.ndcg_depth!r} must be a positive number of stocks")
         if self.precision not in ("auto", "fp32", "bf16"):
             problems.append(f"precision={self.precision!r} must be 'auto', 'fp32' or 'bf16'")
         if self.days_per_step < 1 or self.predict_days_per_step < 1 or self.max_epochs < 1:
@@ -140,13 +156,15 @@ class DayBatches:
     ----------
     date_pos : long (n_days,), row of each decision day in the wide tensor.
     code_pos : long (n_days, max_stocks), column of each stock, -1 for padding.
-    relevance : long (n_days, max_stocks), 0 where padded or unknown.
+    relevance : float32 (n_days, max_stocks), the target, 0 where padded or unknown.
+    levels : True when the target is integer relevance levels, False for a real-valued label.
     """
 
     date_pos: torch.Tensor
     code_pos: torch.Tensor
     relevance: torch.Tensor
     wide: torch.Tensor
+    levels: bool = True
 
     @property
     def n_days(self) -> int:
@@ -158,8 +176,11 @@ class DayBatches:
         return x, mask, self.relevance[days]
 
 
-class StockTransformerRanker:
+class StockTransformerRanker(RankerBase):
     """The StockTransformer behind the :class:`~models.base.Ranker` protocol.
+
+    It learns from every label processing (``accepted_labels``): integer relevance levels, raw returns
+    and percentile ranks (see ``listnet_temperature`` for how ListNet reads a real-valued label).
 
     Parameters
     ----------
@@ -190,7 +211,27 @@ class StockTransformerRanker:
 
     # ------------------------------------------------------------------ protocol
 
+    accepted_labels = frozenset(PROCESSINGS)
     stateful = False  # every fit starts from fresh weights: folds are independent
+
+    @property
+    def ndcg_depth(self) -> int:
+        """Depth of the ``"ndcg"`` early-stopping metric (``training.ndcg_depth``)."""
+        return self.training.ndcg_depth
+
+    @property
+    def ndcg_gain(self) -> str:
+        """Gain of that metric: linear (the ListNet target does not use a gain)."""
+        return "linear"
+
+    def adopt_state(self, other: Self) -> None:
+        """Take the fitted network (weights, features, history) of ``other``, keeping this ranker's
+        prepared device tensor."""
+        self.network, self.feature_names = other.network, other.feature_names
+        self.history, self.last_fit = list(other.history), dict(other.last_fit)
+        self._forward = None if other.network is None else other._forward
+        if self.network is not None:
+            self.network = self.network.to(self.device)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -254,7 +295,7 @@ class StockTransformerRanker:
                     x, mask, rel = tr.batch(days.to(device), arch.window)
                     with self._autocast(device):
                         scores, aux = forward(x, mask)
-                    loss = self._loss(scores, rel, mask, order_rng) + cfg.aux_loss_weight * aux.float()
+                    loss = self._loss(scores, rel, mask, order_rng, tr.levels) + cfg.aux_loss_weight * aux.float()
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     if cfg.grad_clip > 0:
@@ -377,8 +418,8 @@ class StockTransformerRanker:
                 "build date_pos from the tensor's grid (RankingData.from_frame(..., tensor=...))."
             )
         codes, _ = data.day_matrix(code_pos, fill=-1)
-        rel = data.relevance if data.relevance is not None else np.zeros(data.n_samples, dtype=np.int32)
-        rel_m, _ = data.day_matrix(rel, fill=0)
+        rel = data.relevance if data.relevance is not None else np.zeros(data.n_samples, dtype=np.int64)
+        rel_m, _ = data.day_matrix(rel.astype(np.float32), fill=0.0)
         device = self.device
         shared = self._device_wide is not None and self._device_wide[0] is wide
         dev_wide = self._wide_on_device(wide) if data.wide is not None or shared else torch.from_numpy(
@@ -386,16 +427,17 @@ class StockTransformerRanker:
         return DayBatches(
             date_pos=torch.as_tensor(day_date, dtype=torch.long, device=device),
             code_pos=torch.as_tensor(codes, dtype=torch.long, device=device),
-            relevance=torch.as_tensor(rel_m, dtype=torch.long, device=device),
+            relevance=torch.as_tensor(rel_m, dtype=torch.float32, device=device),
             wide=dev_wide,
+            levels=bool(np.issubdtype(rel.dtype, np.integer)),
         )
 
     def _loss(
-        self, scores: torch.Tensor, rel: torch.Tensor, mask: torch.Tensor, rng: torch.Generator
+        self, scores: torch.Tensor, rel: torch.Tensor, mask: torch.Tensor, rng: torch.Generator, levels: bool
     ) -> torch.Tensor:
         name = self.training.loss
         if name == "listnet":
-            return listnet_loss(scores, rel, mask, self.training.listnet_temperature)
+            return listnet_loss(scores, rel, mask, self.training.listnet_temperature, standardize=not levels)
         if name == "listmle":
             return listmle_loss(scores, rel, mask, rng)
         return LOSSES[name](scores, rel, mask)
@@ -426,7 +468,7 @@ class StockTransformerRanker:
         relevance = pd.Series(data.relevance, index=index)
         if self.training.early_stopping_metric == "rank_ic":
             return float(daily_ic(scores, relevance, "spearman").mean())
-        return ndcg_at_k(scores, relevance, k=5, gain="linear")
+        return ndcg_at_k(scores, relevance, k=self.ndcg_depth, gain=self.ndcg_gain)
 
 
 def _param_groups(network: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:

@@ -12,7 +12,8 @@ import pytest
 from scipy.stats import norm
 
 from backtest import metrics
-from backtest.errors import DataContractError
+from backtest.errors import ConfigError, DataContractError
+from backtest.labels import cross_sectional_target
 
 logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
 with warnings.catch_warnings():
@@ -151,14 +152,16 @@ def test_ndcg_at_5_on_a_hand_example():
     # Gains 2^rel - 1 along the ranking: 3, 7, 3, 7, 1 (d cut at 5); ideal: 7, 7, 3, 3, 1.
     dcg = 3 + 7 / math.log2(3) + 3 / 2 + 7 / math.log2(5) + 1 / math.log2(6)
     idcg = 7 + 7 / math.log2(3) + 3 / 2 + 3 / math.log2(5) + 1 / math.log2(6)
-    assert metrics.ndcg_at_k(scores, rel, k=5) == pytest.approx(dcg / idcg, abs=1e-12)
-    # Linear gains; and a second day that is perfectly ranked averages in with 1.0.
+    assert metrics.ndcg_at_k(scores, rel, k=5, gain="exponential") == pytest.approx(dcg / idcg, abs=1e-12)
+    # Linear gains (the default, as in both models' training); a second day that is perfectly ranked
+    # averages in with 1.0.
     dcg_lin = 2 + 3 / math.log2(3) + 2 / 2 + 3 / math.log2(5) + 1 / math.log2(6)
     idcg_lin = 3 + 3 / math.log2(3) + 2 / 2 + 2 / math.log2(5) + 1 / math.log2(6)
-    assert metrics.ndcg_at_k(scores, rel, k=5, gain="linear") == pytest.approx(dcg_lin / idcg_lin, abs=1e-12)
+    assert metrics.ndcg_at_k(scores, rel, k=5) == pytest.approx(dcg_lin / idcg_lin, abs=1e-12)
+    assert metrics.ndcg_at_k(scores, rel, k=5, gain=[0.0, 1.0, 2.0, 3.0]) == pytest.approx(dcg_lin / idcg_lin)
     perfect_scores = panel_series({("2024-01-03", c): relevance[c] + i / 10 for i, c in enumerate(codes)})
     rel_day2 = panel_series({("2024-01-03", c): relevance[c] for c in codes})
-    two_days = metrics.daily_ndcg(pd.concat([scores, perfect_scores]), pd.concat([rel, rel_day2]))
+    two_days = metrics.daily_ndcg(pd.concat([scores, perfect_scores]), pd.concat([rel, rel_day2]), gain="exponential")
     np.testing.assert_allclose(two_days.to_numpy(), [dcg / idcg, 1.0], atol=1e-12)
 
 
@@ -172,6 +175,31 @@ def test_ndcg_ties_are_broken_in_code_order_and_zero_days_are_skipped():
     assert math.isnan(ndcg.iloc[1])
     with pytest.raises(DataContractError, match="non-negative"):
         metrics.ndcg_at_k(scores, rel - 1)
+
+
+def test_relevance_gains_is_the_one_gain_definition():
+    np.testing.assert_array_equal(metrics.relevance_gains("linear", 3), [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(metrics.relevance_gains("exponential", 4), [0.0, 1.0, 3.0, 7.0])
+    np.testing.assert_array_equal(metrics.relevance_gains((0.0, 0.5, 4.0), 3), [0.0, 0.5, 4.0])
+    with pytest.raises(ConfigError, match="linear, exponential"):
+        metrics.relevance_gains("squared", 3)
+    with pytest.raises(ConfigError, match="expected 3 finite non-negative gains"):
+        metrics.relevance_gains((0.0, 1.0), 3)
+
+
+def test_ndcg_grades_a_real_valued_label_into_ten_daily_bins():
+    rng = np.random.default_rng(0)
+    index = pd.MultiIndex.from_product([pd.to_datetime(["2024-01-02", "2024-01-03"]), [f"s{i:02d}" for i in range(30)]],
+                                       names=["date", "code"])
+    fwd = pd.Series(rng.normal(0.0, 0.02, len(index)), index=index)  # raw returns, negative ones too
+    scores = pd.Series(rng.normal(size=len(index)), index=index)
+    bins = pd.Series(cross_sectional_target(fwd.unstack().to_numpy(), "bins", 10).ravel(), index=index)
+    pct = pd.Series(cross_sectional_target(fwd.unstack().to_numpy(), "rank").ravel(), index=index)
+    expected = metrics.daily_ndcg(scores, bins, k=5)
+    pd.testing.assert_series_equal(metrics.daily_ndcg(scores, fwd, k=5), expected)
+    pd.testing.assert_series_equal(metrics.daily_ndcg(scores, pct, k=5), expected)
+    three = metrics.daily_ndcg(scores, fwd, k=5, grades=3)
+    assert not np.allclose(three.to_numpy(), expected.to_numpy())
 
 
 SKEWED = [0.02, -0.01, 0.0, 0.05, -0.02, 0.01, 0.0, -0.005]

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from backtest.errors import ConfigError, DataContractError
-from backtest.metrics import daily_ic, daily_ndcg
+from backtest.metrics import daily_ic, daily_ndcg, relevance_gains
 from models.base import RankingData
 from models.lambdarank import BinnedPanel, LambdaRankConfig, LambdaRankRanker
 
@@ -40,16 +40,21 @@ def test_config_builds_explicit_lightgbm_parameters() -> None:
     params = LambdaRankConfig(num_threads=2, seed=3).lgb_params()
     assert params["objective"] == "lambdarank"
     assert params["label_gain"] == [float(i) for i in range(10)]
-    assert params["lambdarank_truncation_level"] == 8  # top_k + 3
+    assert params["lambdarank_truncation_level"] == 8  # ndcg_depth + 3
+    assert params["eval_at"] == [5]
     assert params["deterministic"] is True and params["force_col_wise"] is True
     assert (params["num_threads"], params["seed"]) == (2, 3)
     exp = LambdaRankConfig(label_gain="exponential", n_bins=4).lgb_params()["label_gain"]
-    assert exp == [0.0, 1.0, 3.0, 7.0]
+    assert exp == [0.0, 1.0, 3.0, 7.0] == relevance_gains("exponential", 4).tolist()  # one gain definition
+    three = LambdaRankConfig(n_bins=3, ndcg_depth=3).lgb_params()
+    assert (three["label_gain"], three["eval_at"], three["lambdarank_truncation_level"]) == ([0.0, 1.0, 2.0], [3], 6)
     assert LambdaRankConfig(extra={"num_leaves": 9}).lgb_params()["num_leaves"] == 9
     with pytest.raises(ConfigError, match="expected 10 gains"):
         LambdaRankConfig(label_gain=(0.0, 1.0))
-    with pytest.raises(ConfigError, match="'linear', 'exponential'"):
+    with pytest.raises(ConfigError, match="'linear' or 'exponential'"):
         LambdaRankConfig(label_gain="squared")
+    with pytest.raises(ConfigError, match="ndcg_depth: expected a positive number of stocks, received 0"):
+        LambdaRankConfig(ndcg_depth=0)
 
 
 def test_recovers_a_strong_planted_signal_out_of_sample(make_ranking_data: Factory) -> None:
@@ -91,18 +96,23 @@ def test_overfits_a_tiny_training_set(make_ranking_data: Factory) -> None:
     assert ndcg.min() > 0.95  # pure noise labels, memorised
 
 
-def test_early_stopping_follows_ndcg_at_the_first_cutoff(make_ranking_data: Factory) -> None:
+@pytest.mark.parametrize("depth, gain", [(5, "linear"), (3, "exponential")])
+def test_early_stopping_follows_the_ndcg_the_headline_repeats(make_ranking_data: Factory, depth: int, gain: str) -> None:
     data, _ = make_ranking_data(n_days=60, n_stocks=30, signal=0.5, seed=3)
     train, valid = data.take(np.arange(0, 40 * 30)), data.take(np.arange(45 * 30, 60 * 30))
-    cfg = LambdaRankConfig(**{**SMALL, "num_boost_round": 60, "early_stopping_rounds": 5})
+    cfg = LambdaRankConfig(**{**SMALL, "num_boost_round": 60, "early_stopping_rounds": 5, "ndcg_depth": depth,
+                              "label_gain": gain})
     model = LambdaRankRanker(cfg).fit(train, valid)
     fit = model.last_fit
-    assert set(fit["best_score"]) == {"ndcg@3", "ndcg@5"}
-    # the chosen iteration is the best NDCG@5 on the validation set: recompute it with our own metric
+    assert set(fit["best_score"]) == {f"ndcg@{depth}"}
+    assert (model.ndcg_depth, model.ndcg_gain) == (depth, gain)
+    # the chosen iteration is the best validation NDCG: recompute it with backtest.metrics at the depth and
+    # gain the ranker exposes (the headline's), so LightGBM's and ours are the same definition
     booster = model.booster
     assert booster is not None and booster.current_iteration() == fit["best_iteration"]
-    ours = daily_ndcg(series(valid, model.predict(valid)), series(valid, valid.relevance), k=5, gain="linear")
-    assert fit["best_score"]["ndcg@5"] == pytest.approx(ours.fillna(1.0).mean(), abs=1e-9)
+    ours = daily_ndcg(series(valid, model.predict(valid)), series(valid, valid.relevance), k=model.ndcg_depth,
+                      gain=model.ndcg_gain)
+    assert fit["best_score"][f"ndcg@{depth}"] == pytest.approx(ours.fillna(1.0).mean(), abs=1e-9)
 
 
 def test_fits_are_deterministic(make_ranking_data: Factory) -> None:
@@ -274,6 +284,13 @@ def test_user_mistakes_get_clear_errors(make_ranking_data: Factory) -> None:
         LambdaRankRanker().fit(data.with_relevance(None))
     with pytest.raises(DataContractError, match="relevance reaches 9 but n_bins is 5"):
         LambdaRankRanker(LambdaRankConfig(n_bins=5)).fit(data)
+    raw = data.with_relevance(np.linspace(-0.05, 0.05, data.n_samples))
+    with pytest.raises(ConfigError, match=r"expected integer relevance levels.*received a float64 target(.|\n)*"
+                                          r"fix: label=default \(10 relevance bins\) or label=three_class, "
+                                          r"or model=stock_transformer"):
+        LambdaRankRanker().fit(raw)
+    with pytest.raises(ConfigError, match="integer relevance levels"):
+        LambdaRankRanker().fit(data, raw)
     with pytest.raises(DataContractError, match="call fit"):
         LambdaRankRanker().predict(data)
     model = LambdaRankRanker(LambdaRankConfig(**SMALL)).fit(data)

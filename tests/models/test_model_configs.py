@@ -9,6 +9,7 @@ from models.base import Ranker
 from models.lambdarank import LambdaRankRanker
 from models.transformer_ranker import StockTransformerRanker
 
+
 @pytest.mark.parametrize(
     "name, cls", [("lambdarank", LambdaRankRanker), ("stock_transformer", StockTransformerRanker)]
 )
@@ -23,3 +24,15 @@ def test_model_group_instantiates(name: str, cls: type, compose_config) -> None:
     else:
         assert ranker.architecture.scales == (5, 10, 30)
         assert ranker.architecture.ff_dim == 256
+        assert ranker.architecture.experts_per_stock == 2
+    assert (ranker.ndcg_depth, ranker.ndcg_gain) == (cfg.portfolio.top_k, "linear")
+
+
+@pytest.mark.parametrize("name", ["lambdarank", "stock_transformer"])
+def test_the_ndcg_depth_is_the_number_of_stocks_bought(name: str, compose_config) -> None:
+    cfg = compose_config([f"model={name}", "portfolio.top_k=7"])
+    ranker = instantiate(cfg.model, _convert_="all")
+    assert ranker.ndcg_depth == 7
+    if name == "lambdarank":
+        assert ranker.config.lgb_params()["eval_at"] == [7]
+        assert ranker.config.lgb_params()["lambdarank_truncation_level"] == 10

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
-from backtest.errors import DataContractError
-from models.base import Ranker, RankingData, feature_tensor, window_view
+from backtest.errors import ConfigError, DataContractError
+from models.base import Ranker, RankingData, check_label_processing, feature_tensor, window_view
 from models.lambdarank import LambdaRankRanker
 from models.transformer_ranker import StockTransformerRanker
 
@@ -53,7 +53,7 @@ def test_contract_errors_name_the_problem() -> None:
         small(feature_names=("f",))
     with pytest.raises(DataContractError, match="bins >= 0.*-1"):
         small(relevance=np.array([1, 0, -1, 0, 1]))
-    with pytest.raises(DataContractError, match="non-integer or missing"):
+    with pytest.raises(DataContractError, match="missing values"):
         small(relevance=np.array([1, 0, np.nan, 0, 1]))
     with pytest.raises(DataContractError, match="wide, date_pos and code_pos go together"):
         small(wide=np.zeros((2, 3, 2), dtype=np.float32))
@@ -126,6 +126,40 @@ def test_window_source_without_tensor_uses_the_samples_own_grid() -> None:
     assert np.isnan(wide[0, 2]).all()  # C has no sample on the first day
 
 
-def test_both_models_implement_the_protocol() -> None:
-    assert isinstance(LambdaRankRanker(), Ranker)
-    assert isinstance(StockTransformerRanker(), Ranker)
+# ---------------------------------------------------------------------------- the target and the protocol
+
+
+def test_the_target_keeps_its_kind() -> None:
+    levels = small(relevance=np.array([1, 0, 2, 0, 1], dtype=np.int32))
+    assert levels.relevance.dtype == np.int64
+    raw = levels.with_relevance(np.array([0.012, -0.03, 0.0, 0.004, -0.001]))
+    assert raw.relevance.dtype == np.float64 and raw.relevance.min() < 0  # a raw return is not cut to a level
+    np.testing.assert_array_equal(raw.take(np.array([1, 3])).relevance, [-0.03, 0.004])
+    assert levels.with_relevance(np.array([1.0, 0.0, 2.0, 0.0, 1.0])).relevance.dtype == np.float64
+
+
+def test_both_rankers_implement_the_protocol_with_its_optional_members() -> None:
+    from models.lambdarank import LambdaRankConfig
+
+    for ranker in (LambdaRankRanker(), StockTransformerRanker()):
+        assert isinstance(ranker, Ranker)
+        assert ranker.stateful is False and ranker.ndcg_depth == 5 and ranker.ndcg_gain == "linear"
+    assert LambdaRankRanker.accepted_labels == {"bins", "three_class"}
+    assert StockTransformerRanker.accepted_labels == {"raw", "rank", "bins", "three_class"}
+    warm = LambdaRankRanker(LambdaRankConfig(warm_start=True, ndcg_depth=3, label_gain="exponential"))
+    assert warm.stateful and (warm.ndcg_depth, warm.ndcg_gain) == (3, "exponential")
+
+
+def test_a_refused_label_names_what_was_expected_received_and_the_fix() -> None:
+    check_label_processing(LambdaRankRanker, "bins")
+    check_label_processing(StockTransformerRanker(), "raw")
+    with pytest.raises(ConfigError) as refusal:
+        check_label_processing(LambdaRankRanker(), "raw")
+    assert str(refusal.value) == (
+        "LambdaRankRanker cannot learn from label.processing=raw: expected one of bins, three_class, received raw.\n"
+        "  fix: label=default (10 relevance bins) or label=three_class, or model=stock_transformer"
+    )
+    with pytest.raises(ConfigError, match="expected one of raw, rank, bins, three_class, received 'ranks'"):
+        check_label_processing(StockTransformerRanker, "ranks")
+    with pytest.raises(ConfigError, match="declaring accepted_labels"):
+        check_label_processing(object(), "bins")

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from backtest.errors import ConfigError, DataContractError
-from backtest.metrics import daily_ndcg
+from backtest.labels import cross_sectional_target
+from backtest.metrics import daily_ic, daily_ndcg
 from models.base import RankingData, feature_tensor
 from models.ranking_losses import listmle_loss, listnet_loss, ranknet_loss
 from models.stock_transformer import StockTransformer, StockTransformerConfig
@@ -23,7 +24,7 @@ Factory = Callable[..., tuple[RankingData, np.ndarray]]
 
 TINY = StockTransformerConfig(
     n_features=3, window=6, d_model=16, n_heads=2, n_layers=1, scales=(2, 6), cross_heads=2,
-    n_experts=3, top_k=2, dropout=0.0,
+    n_experts=3, experts_per_stock=2, dropout=0.0,
 )
 FAST = TransformerTrainingConfig(max_epochs=3, days_per_step=4, num_threads=1, learning_rate=3e-3, device="cpu")
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -161,6 +162,33 @@ def test_ranknet_exact_and_empty_days_add_nothing() -> None:
     )
 
 
+def test_listnet_standardises_a_real_valued_target_per_day() -> None:
+    scores = torch.tensor([[0.3, -1.0, 2.0, 0.0], [1.0, 0.5, 0.0, 9.0]])
+    returns = torch.tensor([[0.012, -0.004, 0.030, 0.001], [-0.02, 0.01, 0.0, 5.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, True, True], [True, True, True, False]])
+    loss = listnet_loss(scores, returns, mask, standardize=True)
+    # the scale of the day's returns does not matter, the z-score does
+    assert listnet_loss(scores, 50 * returns, mask, standardize=True).item() == pytest.approx(loss.item(), abs=1e-6)
+    z = torch.zeros_like(scores)
+    for d in range(2):
+        r = returns[d][mask[d]]
+        z[d, : len(r)] = ((r - r.mean()) / r.std(unbiased=False)).float()
+    assert listnet_loss(scores, z, mask).item() == pytest.approx(loss.item(), abs=1e-5)
+    # unstandardised, 1% returns make an almost flat target: the loss is that of a uniform target
+    flat = -torch.log_softmax(scores[:1], dim=1).mean()
+    assert listnet_loss(scores[:1], returns[:1], mask[:1]).item() == pytest.approx(flat.item(), abs=2e-2)
+    assert abs(loss.item() - flat.item()) > 0.1
+
+
+def test_listmle_and_ranknet_read_only_the_order_of_a_real_valued_target() -> None:
+    scores = torch.tensor([[2.0, 0.5, -1.0, 7.0]])
+    returns = torch.tensor([[0.004, 0.001, -0.003, 0.02]])
+    mask = torch.tensor([[True, True, True, False]])
+    levels = torch.tensor([[2, 1, 0, 3]])
+    assert listmle_loss(scores, returns, mask).item() == pytest.approx(listmle_loss(scores, levels, mask).item())
+    assert ranknet_loss(scores, returns, mask).item() == pytest.approx(ranknet_loss(scores, levels, mask).item())
+
+
 # ---------------------------------------------------------------------------- the ranker
 
 
@@ -198,6 +226,36 @@ def test_learns_a_planted_signal_with_early_stopping(make_ranking_data: Factory)
     model = ranker(max_epochs=6, patience=2).fit(train, valid)
     assert model.last_fit["best_score"] > 0.3  # f0 carries a rank IC of ~0.45 with the bins
     assert len(model.history) <= 6 and "valid_rank_ic" in model.history[0]
+
+
+@pytest.mark.parametrize("processing", ["raw", "rank"])
+def test_learns_a_planted_signal_from_a_real_valued_label(make_ranking_data: Factory, processing: str) -> None:
+    data, label = make_ranking_data(n_days=50, n_stocks=20, n_features=3, signal=1.0, seed=5)
+    target = 0.01 * label if processing == "raw" else cross_sectional_target(label.reshape(50, 20), "rank").ravel()
+    data = data.with_relevance(target)  # raw: returns of ~1%, as in the market
+    train, valid = data.take(np.arange(0, 40 * 20)), data.take(np.arange(42 * 20, 50 * 20))
+    model = ranker(max_epochs=6, patience=2, early_stopping_metric="ndcg", ndcg_depth=4).fit(train, valid)
+    assert "valid_ndcg" in model.history[0] and model.ndcg_depth == 4
+    idx = pd.MultiIndex.from_arrays([valid.dates, valid.codes])
+    ic = daily_ic(pd.Series(model.predict(valid), idx), pd.Series(label[42 * 20 :], idx), "spearman")
+    assert ic.mean() > 0.3  # f0 carries a rank IC of ~0.45 with the label
+
+
+def test_adopt_state_takes_the_fitted_network(make_ranking_data: Factory, tmp_path: Path) -> None:
+    data, _ = make_ranking_data(n_days=14, n_stocks=8, n_features=3, seed=8)
+    model = ranker(max_epochs=1).fit(data)
+    model.save(tmp_path / "st")
+    fresh = ranker()
+    fresh.prepare(data)
+    fresh.adopt_state(StockTransformerRanker.load(tmp_path / "st"))
+    np.testing.assert_array_equal(fresh.predict(data), model.predict(data))
+
+
+def test_an_ndcg_metric_with_a_depth_is_named_by_ndcg_depth() -> None:
+    with pytest.raises(ConfigError, match="ndcg@5.*early_stopping_metric=ndcg"):
+        TransformerTrainingConfig(early_stopping_metric="ndcg@5")
+    with pytest.raises(ConfigError, match="ndcg_depth=0"):
+        TransformerTrainingConfig(ndcg_depth=0)
 
 
 def test_windows_come_from_the_backtest_tensor(make_ranking_data: Factory) -> None:
