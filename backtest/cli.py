@@ -9,12 +9,10 @@ data or config ends with its message and exit status 2, never a traceback.
 from __future__ import annotations
 
 import atexit
-import functools
 import logging
 import math
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -101,25 +99,16 @@ class _FoldProgress:
             self.bar.close()
 
 
-def _trial_sharpe_var(tracker: Any, study: str | None) -> float:
-    """Variance of the Sharpe ratios already recorded in ``study`` (0 for a lone run).
-
-    Provisional inside a sweep: a job only sees the runs finished before it, so the sweep's end
-    recomputes every job's DSR with the whole study (:func:`deflate_study`)."""
-    if not study:
-        return 0.0
-    runs = tracker.study_runs(study)
-    if "metrics.sharpe" not in runs.columns:
-        return 0.0
-    values = runs["metrics.sharpe"].dropna()
-    return float(values.var(ddof=1)) if len(values) >= 2 else 0.0
-
-
 def run(cfg: DictConfig) -> dict[str, Any]:
-    """The main job: load, backtest under the guards, record in MLflow, print the summary."""
+    """The main job: compose, build, run under the guards, record in MLflow, print the summary."""
     from backtest.cache import cache_paths
     from backtest.engine import EngineOptions, run_backtest
-    from backtest.tracking import Provenance, Tracker
+    from backtest.leakage import is_comparable
+    from backtest.record import ReportChoice, record_backtest
+    from backtest.reports.summary import RunSummary, summary_text
+    from backtest.study import trial_sharpe_var
+    from backtest.tracking import ARTIFACTS, Provenance, Tracker
+    from models.base import check_label_processing
 
     # Build every part first: a config mistake must surface before any expensive work.
     feature_spec = _build(cfg.features)
@@ -128,7 +117,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     portfolio_spec = _build(cfg.portfolio)
     tracking_cfg = _build(cfg.tracking)
     ranker_factory = _build(cfg.model, _partial_=True)
-    ranker_factory()  # fail now on a bad model config
+    check_label_processing(ranker_factory(), label_spec.processing)  # also fails now on a bad model config
     engine_cfg = cfg.engine
     feature_dir, checkpoint_dir = cache_paths(engine_cfg.get("cache_dir") or None)
     options = EngineOptions(
@@ -147,123 +136,42 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     tracker = Tracker.from_config(tracking_cfg, PROJECT_DIR)
     study = tracking_cfg.study
     n_trials = int(tracking_cfg.n_trials or 1)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
     model_name = cfg.model._target_.rsplit(".", 1)[-1]
     run_name = tracking_cfg.run_name or f"{model_name}-{feature_spec.name}" + ("-LEAK-DEMO" if leak_demo else "")
     progress = _FoldProgress()
     with tracker.start_run(run_name, parent_run_id=tracking_cfg.parent_run_id, study=study, n_trials=n_trials,
                            tags={"leak_demo": str(leak_demo).lower()}) as mlrun:
-        mlrun.log_config(resolved)
+        mlrun.log_config(OmegaConf.to_container(cfg, resolve=True))
         try:
             result = run_backtest(
                 panel, features=feature_spec, label=label_spec, schedule=schedule, ranker_factory=ranker_factory,
                 portfolio=portfolio_spec, data_fingerprint=data_fp, options=options, n_trials=n_trials,
-                trial_sharpe_var=_trial_sharpe_var(tracker, study), seed=int(cfg.seed), on_fold=progress,
+                trial_sharpe_var=trial_sharpe_var(tracker, study), seed=int(cfg.seed), on_fold=progress,
             )
         except LeakageError:
-            mlrun.set_tags({"leak_guard": "failed", "comparable": "false", "data_fingerprint": data_fp})
+            mlrun.set_tags({"leak_guard": "failed", "data_fingerprint": data_fp})
             raise
         except FeatureAuditError:
-            mlrun.set_tags({"feature_audit": "failed", "comparable": "false", "data_fingerprint": data_fp})
+            mlrun.set_tags({"feature_audit": "failed", "data_fingerprint": data_fp})
             raise
         finally:
             progress.close()
-        provenance = Provenance(
+        mlrun.log_provenance(Provenance(
             data_fingerprint=data_fp, feature_fingerprint=result.features.fingerprint,
-            leak_guard=result.leak_guard, feature_audit=result.feature_audit,
-            leak_demo=leak_demo,
-        )
-        mlrun.log_provenance(provenance)
+            leak_guard=result.leak_guard, feature_audit=result.feature_audit, leak_demo=leak_demo,
+        ))
         mlrun.log_metrics({k: v for k, v in result.metrics.items() if v is not None and math.isfinite(v)})
         mlrun.log_fold_metrics(result.fold_metrics)
-        _log_artifacts(mlrun, result, tracking_cfg, title=run_name)
-        run_id = mlrun.run_id
-    summary = _summary(result, run_id, tracker, provenance)
-    print(summary)
+        record_backtest(mlrun, result, title=run_name, reports=ReportChoice(
+            tearsheet=tracking_cfg.tearsheet, plots=tracking_cfg.plots, drift_report=tracking_cfg.drift_report))
+        run_id, artifact_uri = mlrun.run_id, mlrun.artifact_uri
+    print(summary_text(result.portfolio.returns, result.portfolio.benchmark_returns, result.metrics, RunSummary(
+        n_folds=len(result.records), n_features=len(result.feature_names), ndcg_depth=result.ndcg_depth,
+        leak_guard=result.leak_guard, feature_audit=result.feature_audit,
+        comparable=is_comparable(result.leak_guard, result.feature_audit), run_id=run_id,
+        tearsheet_uri=f"{artifact_uri}/{ARTIFACTS.report('tearsheet')}", ui=_ui_command(tracker.uri),
+    )))
     return {"run_id": run_id, "metrics": result.metrics, "leak_guard": result.leak_guard}
-
-
-def _log_artifacts(mlrun: Any, result: Any, tracking_cfg: Any, title: str) -> None:
-    from backtest.reports import write_backtest_reports
-
-    p = result.portfolio
-    mlrun.log_frame(result.scores.to_frame(), "data/predictions.parquet")
-    mlrun.log_frame(p.positions, "data/positions.parquet")
-    mlrun.log_frame(pd.DataFrame({"strategy": p.returns, "equal_weight": p.benchmark_returns}), "data/daily_returns.parquet")
-    mlrun.log_frame(p.periods, "data/periods.csv")
-    mlrun.log_frame(result.fold_metrics, "data/fold_metrics.csv")
-    mlrun.log_frame(result.importance, "data/feature_importance.csv")
-    mlrun.log_json([r.to_dict() for r in result.records], "guards/leakage_records.json")
-    if result.audit is not None:
-        mlrun.log_json({"passed": result.audit.passed, "summary": result.audit.summary()}, "guards/feature_audit.json")
-    with tempfile.TemporaryDirectory() as tmp:
-        importance = None  # fold x feature gain, dated by decision; rankers without importance have none
-        if not result.importance.empty:
-            importance = result.importance.copy()
-            decision = {r.fold: r.decision_date for r in result.records}
-            importance.index = pd.DatetimeIndex([decision[f] for f in importance.index], name="decision_date")
-        write_backtest_reports(
-            tmp, p.returns, p.benchmark_returns, title=title, importance=importance,
-            value_drift=_value_drift(result) if tracking_cfg.drift_report else None,
-            tearsheet=tracking_cfg.tearsheet, plots=tracking_cfg.plots, drift_report=tracking_cfg.drift_report,
-        )
-        mlrun.log_artifact(tmp, "reports")
-
-
-def _value_drift(result: Any, max_rows: int = 20_000) -> pd.DataFrame:
-    """PSI / KS of every feature: the first fold's training window against the test period."""
-    from backtest.reports import feature_value_drift
-
-    dates = result.features.index.get_level_values(0)
-    reference = dates.isin(_train_dates(result))
-    current = dates.isin(result.scores.index.get_level_values(0).unique())
-    values = result.features.values
-    return feature_value_drift(values[reference], values[current], result.feature_names, max_rows=max_rows)
-
-
-def _train_dates(result: Any) -> pd.DatetimeIndex:
-    first = result.records[0]
-    dates = result.features.index.get_level_values(0).unique()
-    return dates[(dates >= first.train_start) & (dates <= first.train_end)]
-
-
-def _summary(result: Any, run_id: str, tracker: Any, provenance: Any) -> str:
-    from backtest import metrics as m
-
-    s, b = result.portfolio.returns, result.portfolio.benchmark_returns
-    rows = [
-        ("Sharpe", result.metrics["sharpe"], m.sharpe(b)),
-        ("Sortino", result.metrics["sortino"], m.sortino(b)),
-        ("annual return", result.metrics["ann_return"], m.ann_return(b)),
-        ("cumulative return", result.metrics["cum_return"], m.cum_return(b)),
-        ("annual volatility", result.metrics["ann_vol"], m.ann_vol(b)),
-        ("max drawdown", result.metrics["max_drawdown"], m.max_drawdown(b)),
-        ("Sharpe ex best month", result.metrics["sharpe_ex_best_month"], m.sharpe(m.drop_best_months(b, 1))),
-        ("ann. return ex best month", result.metrics["ann_return_ex_best_month"], m.ann_return(m.drop_best_months(b, 1))),
-        ("Sharpe ex best 3 months", result.metrics["sharpe_ex_best_3_months"], m.sharpe(m.drop_best_months(b, 3))),
-    ]
-    pct = {"annual return", "cumulative return", "annual volatility", "max drawdown", "ann. return ex best month"}
-    fmt = lambda name, v: f"{v:+.2%}" if name in pct else f"{v:+.2f}"  # noqa: E731
-    period = f"{s.index.min():%Y-%m-%d} .. {s.index.max():%Y-%m-%d}"
-    out = [f"\nbacktest {period}, {int(result.metrics['n_folds'])} folds, {len(result.feature_names)} features",
-           f"{'':28}{'strategy':>12}{'equal weight':>14}"]
-    out += [f"{name:28}{fmt(name, a):>12}{fmt(name, bb):>14}" for name, a, bb in rows]
-    mt = result.metrics
-    out += [
-        f"{'win rate vs EW (periods)':28}{mt['win_rate_vs_ew']:>12.1%}",
-        f"{'excess annual return':28}{mt['excess_ann_return']:>+12.2%}",
-        f"{'turnover (annual)':28}{mt['turnover']:>12.2f}",
-        "",
-        f"rank IC {mt['rank_ic_mean']:+.4f} (ICIR {mt['icir']:+.3f}), NDCG@5 {mt['ndcg_at_5']:.4f}; "
-        f"PSR {mt['psr']:.3f}, DSR {mt['dsr']:.3f}; Sharpe 95% CI [{mt.get('sharpe_ci_low', float('nan')):+.2f}, "
-        f"{mt.get('sharpe_ci_high', float('nan')):+.2f}]",
-        f"leak guard      {result.leak_guard}   feature audit {result.feature_audit}   "
-        f"comparable {'yes' if provenance.comparable else 'NO'}",
-        f"MLflow run      {run_id}",
-        f"tearsheet       {tracker.client.get_run(run_id).info.artifact_uri}/reports/tearsheet.html",
-        f"open the UI     {_ui_command(tracker.uri)}",
-    ]
-    return "\n".join(out)
 
 
 def _ui_command(uri: str) -> str:
@@ -289,19 +197,17 @@ class SweepTracking(Callback):
         self.n_trials = 1
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from backtest.study import open_sweep, study_name
         from backtest.tracking import Tracker
 
         tracking_cfg = _build(config.tracking)
         self.tracker = Tracker.from_config(tracking_cfg, PROJECT_DIR)
         self.n_trials = sweep_size(list(config.hydra.overrides.task))
-        self.study = tracking_cfg.study or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
-        self.parent = self.tracker.create_run(
-            f"{self.study} ({self.n_trials} runs)", study=self.study, n_trials=self.n_trials, kind="sweep"
-        )
+        self.study = study_name(tracking_cfg.study)
+        self.parent = open_sweep(self.tracker, self.study, self.n_trials)
         os.environ[ENV_PARENT] = self.parent.run_id
         os.environ[ENV_TRIALS] = str(self.n_trials)
         os.environ[ENV_STUDY] = self.study
-        log.info("sweep %s: %d runs under parent run %s", self.study, self.n_trials, self.parent.run_id)
         atexit.register(self._end_stopped_sweep)  # a failing job ends the process, not the multirun
 
     def _end_stopped_sweep(self) -> None:
@@ -309,65 +215,14 @@ class SweepTracking(Callback):
             self.parent.end("FAILED", error="the sweep stopped before its last job: a job failed (see its log)")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from backtest.study import close_sweep
+
         for key in (ENV_PARENT, ENV_TRIALS, ENV_STUDY):
             os.environ.pop(key, None)
-        if self.parent is None:
-            return
-        try:
-            table = deflate_study(self.tracker, self.study, self.n_trials)
-            self.parent.log_metrics(table.attrs)
-            if len(table):
-                self.parent.log_frame(table, "study/trials.csv")
-                print(f"\nstudy {self.study}: {table.attrs['n_trials']:.0f} trials, DSR against the best of "
-                      f"them (expected max Sharpe {table.attrs['expected_max_sharpe']:+.2f})")
-                shown = table[["run_name", *STUDY_METRICS]].rename(columns=STUDY_HEADERS)
-                print(shown.to_string(index=False, float_format=lambda v: f"{v:+.3f}"))
-        except BacktestError as exc:  # the jobs' own results stand; only the study-wide DSR is missing
-            log.warning("sweep %s: the study-wide DSR was not recomputed: %s", self.study, exc)
-        finally:
-            self.parent.end()
-
-
-#: Metrics of each trial in a study's table, the study-wide ``dsr`` last.
-STUDY_METRICS = ("sharpe", "sharpe_ex_best_month", "sharpe_ci_low", "sharpe_ci_high", "rank_ic_mean", "dsr")
-STUDY_HEADERS = {"run_name": "run", "sharpe": "Sharpe", "sharpe_ex_best_month": "ex best month",
-                 "sharpe_ci_low": "CI low", "sharpe_ci_high": "CI high", "rank_ic_mean": "rank IC", "dsr": "DSR"}
-
-
-def deflate_study(tracker: Any, study: str, n_trials: int) -> pd.DataFrame:
-    """Recompute the DSR of every finished run of ``study`` against the whole study and log it (``dsr``,
-    step 1, so it supersedes the provisional value a job logged while the sweep was running).
-
-    The number of trials is the larger of ``n_trials`` (the sweep's size) and the runs the study holds,
-    failed ones included (a study name reused by several sweeps counts all of them). Returns one row per
-    finished run, best Sharpe first: ``run_name``, the config values that differ between the runs
-    (``params.<key>``), then :data:`STUDY_METRICS`; the study's ``n_trials``, ``trial_sharpe_var`` and
-    annualised ``expected_max_sharpe`` are in ``attrs``.
-    """
-    from backtest import metrics as m
-
-    runs = tracker.study_runs(study)
-    n_trials = max(n_trials, len(runs))
-    runs = runs[runs["status"] == "FINISHED"]
-    sharpes = runs["metrics.sharpe"].dropna() if "metrics.sharpe" in runs.columns else pd.Series(dtype=float)
-    var = float(sharpes.var(ddof=1)) if len(sharpes) >= 2 else 0.0
-    runs = runs.loc[sharpes.index]
-    varied = [c for c in runs.columns if c.startswith("params.") and runs[c].nunique(dropna=False) > 1]
-    table = runs[["run_name", *varied]].copy()
-    for key in STUDY_METRICS:
-        table[key] = runs.get(f"metrics.{key}", pd.Series(float("nan"), index=runs.index))
-    for run_id in table.index:
-        child = tracker.attach(run_id)
-        value = m.dsr(child.load_frame("data/daily_returns.parquet")["strategy"], n_trials, var)
-        child.log_metrics({"dsr": value}, step=1)
-        table.loc[run_id, "dsr"] = value
-    table = table.sort_values("sharpe", ascending=False)
-    table.attrs = {
-        "n_trials": float(n_trials),
-        "trial_sharpe_var": var,
-        "expected_max_sharpe": m.expected_max_sharpe(n_trials, var),  # annualised, as the Sharpes
-    }
-    return table
+        if self.parent is not None:
+            table = close_sweep(self.tracker, self.parent, self.study, self.n_trials)
+            if table:
+                print(table)
 
 
 def sweep_size(task_overrides: list[str]) -> int:

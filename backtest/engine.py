@@ -36,13 +36,13 @@ from backtest.features.audit import AuditReport, audit_features
 from backtest.features.build import FeatureMatrix, build_features
 from backtest.features.cache import load_or_build_features
 from backtest.features.registry import FeatureRegistry
-from backtest.features.sets import FeatureSetSpec, select_top_k_by_gain
+from backtest.features.sets import FeatureSetSpec, select_by_gain
 from backtest.labels import Labels, LabelSpec, make_labels
+from backtest.leakage import GuardStatus, LeakageRecord, feature_audit_status, fold_rows, leak_guard_status
 from backtest.metrics import daily_ic, headline_metrics, ndcg_at_k
 from backtest.portfolio import PortfolioResult, PortfolioSpec, simulate
-from backtest.leakage import LeakageRecord, feature_audit_status, fold_rows, leak_guard_status
 from backtest.splits import Fold, RollingSchedule
-from models.base import Ranker, RankingData
+from models.base import LEVEL_PROCESSINGS, Ranker, RankingData
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +97,10 @@ class BacktestResult:
     labels: Labels
     features: FeatureMatrix
     feature_names: list[str]
-    leak_guard: str
-    feature_audit: str
+    leak_guard: GuardStatus
+    feature_audit: GuardStatus
     feature_cache_hit: bool
+    ndcg_depth: int  # the headline and per-fold NDCG are ndcg_at_<ndcg_depth>
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -172,16 +173,20 @@ def run_backtest(
     # RollingSchedule.folds has already run check_fold on every purged fold (LeakageError on a breach).
 
     relevance = labels.target.reindex(matrix.index)
-    if features.select_top_k:
-        matrix = _select_top_k(matrix, relevance, folds[0], ranker_factory, features.select_top_k)
-    data, samples = _ranking_data(matrix, relevance)
+    if features.keep_by_gain:
+        matrix = _keep_by_gain(matrix, relevance, label.processing, folds[0], ranker_factory, features.keep_by_gain)
+    probe = ranker_factory()
+    # The NDCG reported is the one the model trains / early-stops on: its depth (else the stocks bought)
+    # and its gain.
+    ndcg = _Ndcg(depth=probe.ndcg_depth or portfolio.top_k, gain=probe.ndcg_gain)
+    data, samples = _ranking_data(matrix, relevance, label.processing)
 
     key = _run_key(data_fingerprint, matrix.fingerprint, label, schedule, ranker_factory, seed)
     ckpt = _Checkpoints(options.checkpoint_dir / key) if options.checkpoint_dir else None
 
     t0 = time.perf_counter()
     outcomes = list(
-        _run_folds(samples, data, folds, ranker_factory, labels, options, ckpt, on_fold)
+        _run_folds(samples, data, folds, ranker_factory, labels, options, ckpt, on_fold, ndcg)
     )
     timings["folds_s"] = time.perf_counter() - t0
 
@@ -199,6 +204,7 @@ def run_backtest(
         result.returns, result.benchmark_returns, result.periods,
         scores=scores, labels=fwd, relevance=rel, turnover=result.annual_turnover,
         n_trials=n_trials, trial_sharpe_var=trial_sharpe_var, rng=np.random.default_rng(seed),
+        ndcg_depth=ndcg.depth, ndcg_gain=ndcg.gain,
     )
     metrics["n_folds"] = float(len(folds))
     fold_metrics = pd.DataFrame([{"fold": o.fold, **o.metrics} for o in outcomes]).set_index("fold")
@@ -209,14 +215,15 @@ def run_backtest(
         scores=scores, portfolio=result, metrics=metrics, fold_metrics=fold_metrics, records=records,
         importance=importance, audit=audit, labels=labels, features=matrix, feature_names=list(matrix.names),
         leak_guard=leak_guard_status(records), feature_audit=feature_audit_status(audit),
-        feature_cache_hit=cache_hit, timings=timings,
+        feature_cache_hit=cache_hit, ndcg_depth=ndcg.depth, timings=timings,
     )
 
 
 # --- folds ------------------------------------------------------------------------------------------
 
 
-def _fold_sets(samples: RankingData, data: RankingData, fold: Fold) -> tuple[RankingData, RankingData | None, np.ndarray]:
+def _fold_sets(samples: RankingData, data: RankingData,
+               fold: Fold) -> tuple[RankingData, RankingData | None, np.ndarray]:
     """Training and validation sets (from the labelled ``samples``) and the prediction rows of ``data``."""
     train_rows, valid_rows, _ = fold_rows(fold, samples.dates)
     predict_rows = fold_rows(fold, data.dates)[2]
@@ -224,8 +231,14 @@ def _fold_sets(samples: RankingData, data: RankingData, fold: Fold) -> tuple[Ran
     return samples.take(train_rows), valid, predict_rows
 
 
+@dataclass(frozen=True)
+class _Ndcg:
+    depth: int
+    gain: str | tuple[float, ...]
+
+
 def _fold_metrics(fold: Fold, scores: np.ndarray, rows: np.ndarray, index: pd.MultiIndex, labels: Labels,
-                  seconds: float) -> dict[str, float]:
+                  seconds: float, ndcg: _Ndcg) -> dict[str, float]:
     s = pd.Series(scores, index=index[rows])
     fwd = labels.fwd_return.reindex(s.index)
     rel = labels.target.reindex(s.index)
@@ -233,7 +246,8 @@ def _fold_metrics(fold: Fold, scores: np.ndarray, rows: np.ndarray, index: pd.Mu
     out = {
         "rank_ic": float(daily_ic(s[ok], fwd[ok], method="spearman").mean()) if ok.any() else float("nan"),
         "ic": float(daily_ic(s[ok], fwd[ok]).mean()) if ok.any() else float("nan"),
-        "ndcg_at_5": float(ndcg_at_k(s[ok], rel[ok], k=5)) if ok.any() else float("nan"),
+        f"ndcg_at_{ndcg.depth}": float(ndcg_at_k(s[ok], rel[ok], k=ndcg.depth, gain=ndcg.gain)) if ok.any()
+        else float("nan"),
         "n_train": float(fold.record.n_train_samples),
         "n_valid": float(fold.record.n_valid_samples),
         "n_purged": float(fold.record.n_purged),
@@ -243,34 +257,34 @@ def _fold_metrics(fold: Fold, scores: np.ndarray, rows: np.ndarray, index: pd.Mu
 
 
 def _fit_predict(ranker: Ranker, samples: RankingData, data: RankingData, fold: Fold, labels: Labels,
-                 index: pd.MultiIndex) -> FoldOutcome:
+                 index: pd.MultiIndex, ndcg: _Ndcg) -> FoldOutcome:
     t0 = time.perf_counter()
     train, valid, predict_rows = _fold_sets(samples, data, fold)
     ranker.fit(train, valid)
     scores = np.asarray(ranker.predict(data.take(predict_rows)), dtype=np.float64)
     seconds = time.perf_counter() - t0
     return FoldOutcome(fold.fold, scores, predict_rows, dict(ranker.feature_importance()),
-                       _fold_metrics(fold, scores, predict_rows, index, labels, seconds))
+                       _fold_metrics(fold, scores, predict_rows, index, labels, seconds, ndcg))
 
 
 def _stateless_fold(factory: RankerFactory, samples: RankingData, data: RankingData, fold: Fold, labels: Labels,
-                    index: pd.MultiIndex, history_end: np.datetime64) -> FoldOutcome:
+                    index: pd.MultiIndex, history_end: np.datetime64, ndcg: _Ndcg) -> FoldOutcome:
     ranker = factory()
     ranker.prepare(samples, history_end=history_end)
-    return _fit_predict(ranker, samples, data, fold, labels, index)
+    return _fit_predict(ranker, samples, data, fold, labels, index, ndcg)
 
 
 def _run_folds(
     samples: RankingData, data: RankingData, folds: list[Fold], factory: RankerFactory,
     labels: Labels, options: EngineOptions, ckpt: _Checkpoints | None,
-    on_fold: Callable[[FoldOutcome, int], None] | None,
+    on_fold: Callable[[FoldOutcome, int], None] | None, ndcg: _Ndcg,
 ) -> Iterator[FoldOutcome]:
     index = pd.MultiIndex.from_arrays([pd.DatetimeIndex(data.dates), data.codes], names=["date", "code"])
     history_end = np.datetime64(folds[0].train_dates[-1], "ns")
     n = len(folds)
     done = ckpt.completed() if ckpt else {}
     probe = factory()
-    stateful = bool(getattr(probe, "stateful", False))
+    stateful = probe.stateful
 
     def emit(outcome: FoldOutcome) -> FoldOutcome:
         if ckpt and not outcome.resumed:
@@ -288,7 +302,7 @@ def _run_folds(
                 continue
             if stateful and ckpt and fold.fold > 0 and (fold.fold - 1) in done:
                 ranker = ckpt.restore_ranker(type(ranker), fold.fold - 1, ranker)
-            outcome = _fit_predict(ranker, samples, data, fold, labels, index)
+            outcome = _fit_predict(ranker, samples, data, fold, labels, index, ndcg)
             if ckpt and stateful:
                 ckpt.save_ranker(ranker, fold.fold)
             yield emit(outcome)
@@ -299,52 +313,50 @@ def _run_folds(
     todo = [f for f in folds if f.fold not in done]
     parallel = Parallel(n_jobs=options.n_jobs, backend=options.backend, return_as="generator")
     computed = parallel(
-        delayed(_stateless_fold)(factory, samples, data, f, labels, index, history_end) for f in todo
+        delayed(_stateless_fold)(factory, samples, data, f, labels, index, history_end, ndcg) for f in todo
     )
     results = {o.fold: o for o in map(emit, computed)}
     for fold in folds:
         yield done[fold.fold] if fold.fold in done else results[fold.fold]
 
 
-def _ranking_data(matrix: FeatureMatrix, relevance: pd.Series,
-                  processing: str | None = None) -> tuple[RankingData, RankingData]:
+def _ranking_data(matrix: FeatureMatrix, relevance: pd.Series, processing: str) -> tuple[RankingData, RankingData]:
     """Every eligible row (for predictions) and the labelled rows with their target (for training).
 
     Training sets are taken from the labelled rows only, so each day of a fold is a whole query group.
     The target keeps the kind of the label ``processing``: int64 relevance levels for ``bins`` /
     ``three_class``, float64 for ``raw`` / ``rank`` (reindexing onto the eligible rows has made it
-    float). Without ``processing``, a target of whole numbers is taken for levels.
+    float).
     """
-    from models.base import LEVEL_PROCESSINGS
-
     data = RankingData(X=matrix.values, dates=matrix.index.get_level_values(0).values,
                        codes=np.asarray(matrix.index.get_level_values(1).astype(str)),
                        feature_names=tuple(matrix.names))
     labelled = np.flatnonzero(relevance.notna().to_numpy())
     target = relevance.to_numpy(dtype=np.float64)[labelled]
-    levels = processing in LEVEL_PROCESSINGS if processing is not None else np.array_equal(target, np.round(target))
+    levels = processing in LEVEL_PROCESSINGS
     samples = data.take(labelled).with_relevance(target.astype(np.int64) if levels else target)
     return data, samples
 
 
-def _select_top_k(matrix: FeatureMatrix, relevance: pd.Series, first: Fold, factory: RankerFactory, k: int) -> FeatureMatrix:
+def _keep_by_gain(matrix: FeatureMatrix, relevance: pd.Series, processing: str, first: Fold, factory: RankerFactory,
+                  k: int) -> FeatureMatrix:
     """Keep the k features with the most gain in a model trained only before the first decision date.
 
     The model is fit on the first fold's (purged) training and validation sets, so the selection sees
     no label that ends after the first decision's cutoff.
     """
     if k >= len(matrix.names):
-        log.warning("select_top_k=%d >= %d features: keeping all", k, len(matrix.names))
+        log.warning("keep_by_gain=%d >= %d features: keeping all", k, len(matrix.names))
         return matrix
-    data, samples = _ranking_data(matrix, relevance)
+    data, samples = _ranking_data(matrix, relevance, processing)
     ranker = factory()
     ranker.prepare(samples, history_end=np.datetime64(first.train_dates[-1], "ns"))
     train, valid, _ = _fold_sets(samples, data, first)
     ranker.fit(train, valid)
     importance = ranker.feature_importance()
     if not importance:
-        raise ConfigError("features.select_top_k needs a model with gain importance (model=lambdarank)")
-    chosen = select_top_k_by_gain(importance, k)
+        raise ConfigError("features.keep_by_gain needs a model with gain importance (model=lambdarank)")
+    chosen = select_by_gain(importance, k)
     log.info("top-%d features selected before %s: %s", k, f"{first.decision_date:%Y-%m-%d}", ", ".join(chosen[:10]))
     return matrix.select(chosen)
 
@@ -415,8 +427,5 @@ class _Checkpoints:
         path = self.directory / f"model_{fold:04d}"
         if not path.exists():
             return current
-        restored = cls.load(path)
-        if hasattr(current, "adopt_state"):
-            current.adopt_state(restored)
-            return current
-        return restored
+        current.adopt_state(cls.load(path))
+        return current

@@ -677,6 +677,8 @@ def headline_metrics(
     rng: np.random.Generator | None = None,
     n_boot: int = 1000,
     block_length: float = DEFAULT_BLOCK_LENGTH,
+    ndcg_depth: int = 5,
+    ndcg_gain: str | Sequence[float] = "linear",
 ) -> dict[str, float]:
     """All headline metrics of one backtest, keyed as in DESIGN.md (plus a few extras).
 
@@ -689,17 +691,19 @@ def headline_metrics(
     scores, labels : Series indexed by (date, code), optional
         Out-of-sample scores and realised forward returns, for ``ic_mean``, ``rank_ic_mean``, ``icir``.
     relevance : Series indexed by (date, code), optional
-        Relevance bins for ``ndcg_at_5``.
+        Relevance levels for ``ndcg_at_<ndcg_depth>``.
     turnover : float, optional
         Annualised one-way turnover (``PortfolioResult.annual_turnover``).
     n_trials, trial_sharpe_var : int, float
         For ``dsr`` (see :func:`dsr`); the defaults make ``dsr == psr``.
     rng : numpy Generator, optional
         Seeded generator for ``sharpe_ci_low`` / ``sharpe_ci_high``; without one they are NaN.
+    ndcg_depth, ndcg_gain : the NDCG the model trained / early-stopped on (:func:`ndcg_at_k`); its key
+        is ``ndcg_at_<ndcg_depth>`` (``ndcg_at_5`` with the default portfolio of 5 stocks).
 
     Returns
     -------
-    dict[str, float] with every key of ``HEADLINE_KEYS`` (NaN where the inputs were not given or the
+    dict[str, float] with every key of ``HEADLINE_KEYS`` (``ndcg_at_5`` there stands for ``ndcg_at_<ndcg_depth>``; NaN where the inputs were not given or the
     value is undefined). Extras beyond DESIGN.md: ``win_rate_vs_ew_daily``, ``benchmark_ann_return``,
     ``benchmark_sharpe``, ``sharpe_ci_low``, ``sharpe_ci_high``.
     """
@@ -728,7 +732,8 @@ def headline_metrics(
         out["icir"] = icir(scores, labels)
     else:
         out.update(ic_mean=nan, rank_ic_mean=nan, icir=nan)
-    out["ndcg_at_5"] = ndcg_at_k(scores, relevance, 5) if scores is not None and relevance is not None else nan
+    out[f"ndcg_at_{ndcg_depth}"] = (ndcg_at_k(scores, relevance, ndcg_depth, ndcg_gain)
+                                    if scores is not None and relevance is not None else nan)
     out["turnover"] = float(turnover) if turnover is not None else nan
     out["psr"] = psr(strategy)
     out["dsr"] = dsr(strategy, n_trials, trial_sharpe_var)

@@ -141,3 +141,10 @@ def test_sweep_groups_child_runs_under_one_parent(tmp_path: Path) -> None:
     assert trials["sharpe"].is_monotonic_decreasing
     for child in children:
         assert trials.at[child.info.run_id, "dsr"] == pytest.approx(child.data.metrics["dsr"])
+
+
+def test_a_label_the_model_cannot_learn_from_is_refused_when_composed(tmp_path: Path) -> None:
+    proc = _cli(["label=raw", "model=lambdarank", f"tracking.uri=sqlite:///{tmp_path / 'x.db'}"], tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "cannot learn from label.processing=raw" in proc.stderr and "fix: label=default" in proc.stderr
+    assert not (tmp_path / "x.db").exists()  # refused before the store was touched

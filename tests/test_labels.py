@@ -404,13 +404,17 @@ def test_on_the_tiny_synthetic_market(tiny_panel: pd.DataFrame) -> None:
     assert sum(labels.excluded.values()) > 0 and labels.excluded["end_of_data"] > 0
 
 
-@pytest.mark.parametrize(("name", "processing"), [("default", "bins"), ("three_class", "three_class"), ("raw", "raw")])
-def test_label_configs_instantiate_the_spec(name: str, processing: str, compose_config) -> None:
+@pytest.mark.parametrize(("name", "expected"), [
+    ("default", LabelSpec(processing="bins")),
+    ("three_class", LabelSpec(processing="three_class", n_bins=3)),  # 3 levels: LambdaRank gets 3 gains
+    ("raw", LabelSpec(processing="raw")),
+    ("rank", LabelSpec(processing="rank")),
+])
+def test_label_configs_instantiate_the_spec(name: str, expected: LabelSpec, compose_config) -> None:
     from hydra.utils import instantiate
 
     cfg = compose_config(config_name=f"label/{name}")
-    spec = instantiate(cfg.label, _convert_="all")
-    assert spec == LabelSpec(processing=processing)
+    assert instantiate(cfg.label, _convert_="all") == expected
 
 
 def test_labels_survive_pickling_for_worker_processes() -> None:
