@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 import pandas as pd
@@ -43,9 +43,22 @@ from backtest.errors import DataContractError, InsufficientHistoryError, Leakage
 
 if TYPE_CHECKING:
     from backtest.features.audit import AuditReport
-    from backtest.splits import Fold
 
 GuardStatus = Literal["passed", "failed", "disabled"]
+
+
+class FoldDates(Protocol):
+    """What the guards read of a fold (:class:`backtest.splits.Fold` is one): its dates and its record."""
+
+    fold: int
+    decision_date: pd.Timestamp
+    predict_dates: pd.DatetimeIndex
+    train_dates: pd.DatetimeIndex
+    valid_dates: pd.DatetimeIndex
+    record: LeakageRecord
+
+    @property
+    def cutoff(self) -> pd.Timestamp: ...
 GUARD_STATUSES: tuple[str, ...] = ("passed", "failed", "disabled")
 
 _NS = "datetime64[ns]"
@@ -129,12 +142,12 @@ def is_comparable(leak_guard: str, feature_audit: str) -> bool:
 # Which rows a fold uses
 
 
-def fold_rows(fold: Fold, dates: np.ndarray | pd.Index) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fold_rows(fold: FoldDates, dates: np.ndarray | pd.Index) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Positions of the rows a fold trains on, validates on and predicts, in a table dated ``dates``.
 
     Parameters
     ----------
-    fold : a fold of :class:`backtest.splits.RollingSchedule`.
+    fold : a fold of :class:`backtest.splits.RollingSchedule` (any :class:`FoldDates`).
     dates : the sample date of every row (datetime64 array), or an index whose first level is the date
         (a (date, code) MultiIndex or a DatetimeIndex).
 
@@ -166,7 +179,7 @@ class LabelEnds:
     counts: np.ndarray  # int64, samples of each date
 
     @classmethod
-    def of(cls, label_end: pd.Series) -> "LabelEnds":
+    def of(cls, label_end: pd.Series) -> LabelEnds:
         sample_dates = sample_dates_of(label_end)
         if not pd.api.types.is_datetime64_any_dtype(label_end.dtype):
             raise DataContractError(
@@ -223,7 +236,7 @@ def sample_dates_of(label_end: pd.Series) -> np.ndarray:
 
 
 
-def check_fold(fold: Fold, label_end: pd.Series) -> None:
+def check_fold(fold: FoldDates, label_end: pd.Series) -> None:
     """Raise ``LeakageError`` if the fold trains or validates on a label that ends after its cutoff.
 
     Checks, against ``label_end`` (not against how the fold was built): every training ``label_end``
@@ -233,7 +246,7 @@ def check_fold(fold: Fold, label_end: pd.Series) -> None:
 
     Parameters
     ----------
-    fold : Fold
+    fold : a fold (:class:`backtest.splits.Fold`)
     label_end : Series of datetime64 indexed by sample date or (date, code), sorted by date.
 
     Raises
@@ -253,7 +266,7 @@ def check_fold(fold: Fold, label_end: pd.Series) -> None:
 
 
 
-def purge_violations(fold: Fold, ends: LabelEnds) -> list[str]:
+def purge_violations(fold: FoldDates, ends: LabelEnds) -> list[str]:
     """The purge-rule breaches of ``fold`` against ``ends`` (empty when the fold is clean)."""
     record = fold.record
     known = ends.dates.values.astype(_NS)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from backtest.reports.tearsheet import format_metric, tearsheet_metrics
+from backtest.reports.tearsheet import PERCENT_ROWS, tearsheet_metrics
 
 #: Rows of the tearsheet table shown in the summary, with the label printed for each.
 SUMMARY_ROWS: Mapping[str, str] = {
@@ -58,7 +58,8 @@ def summary_text(returns: pd.Series, benchmark: pd.Series, metrics: Mapping[str,
            f"{'':28}{'strategy':>12}{'equal weight':>14}"]
     for row, label in SUMMARY_ROWS.items():
         strategy, bench = table.loc[row, "Strategy"], table.loc[row, "Benchmark"]
-        out.append(f"{label:28}{format_metric(row, strategy):>12}{format_metric(row, bench):>14}")
+        fmt = "{:+.2%}" if row in PERCENT_ROWS else "{:+.2f}"
+        out.append(f"{label:28}{fmt.format(strategy):>12}{fmt.format(bench):>14}")
     m = metrics
     nan = float("nan")
     out += [

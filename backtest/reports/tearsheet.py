@@ -166,7 +166,8 @@ def _statistics(r: pd.Series, periods_per_year: int) -> dict[str, float]:
     }
 
 
-_PERCENT_ROWS = (
+#: Rows of :func:`tearsheet_metrics` that are fractions (shown as percents).
+PERCENT_ROWS = (
     "Cumulative Return", "CAGR", "Volatility (ann.)", "Max Drawdown", "Best Day", "Worst Day", "CAGR ex best month",
 )
 
@@ -179,7 +180,7 @@ def format_metric(name: str, value: float) -> str:
     """
     if not np.isfinite(value):
         return "-"
-    if name in _PERCENT_ROWS:
+    if name in PERCENT_ROWS:
         return f"{round(float(value) * 100, 2)}%"
     return str(round(float(value), 2))
 
