@@ -95,7 +95,8 @@ def canonicalize(frame: pd.DataFrame, source: str = "panel", calendar: pd.Dateti
             bad = (num.isna() & values.notna() & (values.astype("string").str.strip() != "")).to_numpy()
             if bad.any():
                 raise _fail(source, f"text in numeric column '{col}'",
-                            f"data row(s) {preview(np.flatnonzero(bad) + 1)}: values {preview(values[bad].astype('string').unique())}",
+                            f"data row(s) {preview(np.flatnonzero(bad) + 1)}: "
+                            f"values {preview(values[bad].astype('string').unique())}",
                             f"'{col}' must hold numbers only (use an empty cell for a missing value)")
             out[col] = num.astype("float64").to_numpy()
         elif col in BOOL_COLUMNS:
@@ -106,7 +107,8 @@ def canonicalize(frame: pd.DataFrame, source: str = "panel", calendar: pd.Dateti
             out[col] = values.to_numpy()
     unknown = [c for c in frame.columns if c not in KNOWN_COLUMNS and c not in INDEX_NAMES]
     if unknown:
-        log.info("%s: keeping %d column(s) outside the schema as they are: %s", source, len(unknown), preview(unknown, 8))
+        log.info("%s: keeping %d column(s) outside the schema as they are: %s", source, len(unknown),
+                 preview(unknown, 8))
     panel = out.set_index(list(INDEX_NAMES))
     return validate_panel(panel, source=source, calendar=calendar)
 
@@ -129,9 +131,11 @@ def validate_panel(
 ) -> pd.DataFrame:
     """Check a panel against the data contract; return it unchanged when it complies.
 
-    Checks, in order: (date, code) index; not empty; required columns; numeric dtypes; unique and sorted
-    keys; dates on the calendar (weekdays, and the given trading days); prices positive, NaN only on
-    suspended rows; ``low <= open, close <= high``; non-negative volumes and amounts; a non-empty universe.
+    Checks, in order: (date, code) index; not empty; required columns; numeric dtypes; no infinite
+    numbers; unique and sorted keys; dates on the calendar (weekdays, and the given trading days); prices
+    positive, NaN only on suspended rows; ``low <= open, close <= high``; non-negative volumes and
+    amounts; a non-empty universe. A panel of one stock passes (a label or a feature of one stock is
+    well defined); :func:`validate_cross_section` refuses it where stocks are ranked.
 
     Raises
     ------
@@ -156,6 +160,14 @@ def validate_panel(
         if panel[col].dtype.kind not in "fiu":
             raise _fail(source, f"numeric column '{col}' has dtype {panel[col].dtype}", f"column '{col}'",
                         "convert it with pandas.to_numeric; text values are not allowed")
+    for col in panel.columns.intersection(NUMERIC_COLUMNS):
+        infinite = np.isinf(panel[col].to_numpy(dtype="float64"))
+        if infinite.any():
+            raise _fail(source, f"{int(infinite.sum())} infinite value(s) in '{col}' (expected finite numbers)",
+                        _rows_where(panel, infinite),
+                        f"'{col}' must be finite: an inf usually comes from a division by zero in the export (an "
+                        "adjustment factor or a unit conversion); correct those rows, or leave the cell empty on "
+                        "a suspended row")
 
     dup = panel.index.duplicated(keep=False)
     if dup.any():
@@ -184,7 +196,8 @@ def validate_panel(
                         f"dates {preview(pd.DatetimeIndex(dates[off].unique()).strftime('%Y-%m-%d'))}",
                         "drop rows dated on exchange holidays, or pass the right trading calendar")
 
-    suspended = panel["is_suspended"].to_numpy(dtype=bool) if "is_suspended" in panel.columns else np.zeros(len(panel), bool)
+    suspended = (panel["is_suspended"].to_numpy(dtype=bool) if "is_suspended" in panel.columns
+                 else np.zeros(len(panel), bool))
     for col in panel.columns.intersection(POSITIVE_COLUMNS):
         v = panel[col].to_numpy(dtype="float64")
         nan = np.isnan(v)
@@ -218,12 +231,32 @@ def validate_panel(
                         f"'{col}' is a size or an amount and must be >= 0")
     if "in_universe" in panel.columns:
         if panel["in_universe"].dtype != bool:
-            raise _fail(source, f"'in_universe' must be boolean, got {panel['in_universe'].dtype}", "column 'in_universe'",
-                        "use true/false")
+            raise _fail(source, f"'in_universe' must be boolean, got {panel['in_universe'].dtype}",
+                        "column 'in_universe'", "use true/false")
         if not panel["in_universe"].any():
             raise _fail(source, "the universe is empty: no row has in_universe = true", "column 'in_universe'",
                         "check the membership source (index weights, membership file); drop the column to use all "
                         "stocks")
+    return panel
+
+
+def validate_cross_section(panel: pd.DataFrame, source: str = "panel", min_stocks: int = 2) -> pd.DataFrame:
+    """Refuse a panel with fewer than ``min_stocks`` stocks: a cross-sectional ranking needs two or more.
+
+    A one-stock panel passes :func:`validate_panel` but cannot be ranked: every day's cross-section is
+    one name, the rank IC and the drift report are undefined, and the top-k book is the benchmark. The
+    loaders call this after :func:`validate_panel`, before any expensive work.
+
+    Raises
+    ------
+    DataContractError naming the number of stocks found and their codes.
+    """
+    codes = panel.index.get_level_values(1).unique()
+    if len(codes) < min_stocks:
+        raise _fail(source, f"a cross-sectional ranking needs at least {min_stocks} stocks; the panel has "
+                    f"{len(codes)}", f"codes {preview(codes)}",
+                    "load a panel of a universe (one row per stock and day for every stock of the index), not "
+                    "a single stock's history")
     return panel
 
 

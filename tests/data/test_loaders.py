@@ -11,7 +11,7 @@ import pytest
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.data.loaders import read_panel
 from backtest.data.membership import membership_from_snapshots
-from backtest.errors import DataContractError
+from backtest.errors import ConfigError, DataContractError
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".csv"])
@@ -68,3 +68,36 @@ def test_missing_file_and_unknown_type(tmp_path: Path) -> None:
     odd.write_text("x")
     with pytest.raises(DataContractError, match="unknown file type"):
         read_panel(odd)
+
+
+def test_a_directory_is_named_a_directory_not_a_missing_file(tmp_path: Path) -> None:
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    (folder / "daily.csv").write_text("date,code,close\n")
+    with pytest.raises(DataContractError) as info:
+        read_panel(folder)
+    message = str(info.value)
+    assert "is a directory, expected a file" in message and "not found" not in message
+    assert "daily.csv" in message and f"fix: pass the file itself, e.g. data.path={folder / 'daily.csv'}" in message
+
+
+GBK_PANEL = "date,code,name,close\n2024-01-02,000001.SZ,平安银行,10.0\n2024-01-02,600000.SH,浦发银行,7.0\n"
+
+
+def test_a_gbk_csv_names_the_encoding_and_data_encoding_reads_it(tmp_path: Path) -> None:
+    path = tmp_path / "gbk.csv"
+    path.write_bytes(GBK_PANEL.encode("gbk"))
+    with pytest.raises(DataContractError) as info:
+        read_panel(path)
+    message = str(info.value)
+    assert "not valid utf-8 text" in message and "GB18030 (GBK)" in message
+    assert "fix: data.encoding=gb18030" in message and "complete csv export" not in message
+    panel = read_panel(path, encoding="gb18030")
+    assert panel["name"].tolist() == ["平安银行", "浦发银行"]
+
+
+def test_an_unknown_encoding_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "panel.csv"
+    path.write_text(GBK_PANEL)
+    with pytest.raises(ConfigError, match=r"unknown text encoding 'klingon'(.|\n)*fix: data.encoding=utf-8"):
+        read_panel(path, encoding="klingon")

@@ -32,7 +32,8 @@ def _edit(line: int, old: str, new: str) -> str:
 
 # (case id, file text, extra read_panel kwargs, words the message must contain)
 CASES = [
-    ("duplicate (date, code) rows", GOOD + "2024-01-03,600000.SH,7.1,7.3,7.0,7.2,2100\n", {}, ["share a (date, code) key", "600000.SH"]),
+    ("duplicate (date, code) rows", GOOD + "2024-01-03,600000.SH,7.1,7.3,7.0,7.2,2100\n", {},
+     ["share a (date, code) key", "600000.SH"]),
     ("unsorted dates", "\n".join([GOOD.splitlines()[0], *GOOD.splitlines()[3:], *GOOD.splitlines()[1:3]]) + "\n", {},
      ["not sorted", "sort"]),
     ("unparseable date", _edit(2, "2024-01-02", "2024-13-45"), {}, ["unparseable", "2024-13-45"]),
@@ -47,7 +48,8 @@ CASES = [
     ("date on a weekend", GOOD + "2024-01-06,600000.SH,7.1,7.3,7.0,7.2,2100\n", {}, ["weekend"]),
     ("date off the trading calendar", GOOD + "2024-02-12,600000.SH,7.1,7.3,7.0,7.2,2100\n", {"calendar": True},
      ["not on the trading calendar", "2024-02-12"]),
-    ("membership row for an unknown code", GOOD, {"membership": "date,code\n2024-01-02,000001.SZ\n2024-01-02,688999.SH\n"},
+    ("membership row for an unknown code", GOOD,
+     {"membership": "date,code\n2024-01-02,000001.SZ\n2024-01-02,688999.SH\n"},
      ["no rows in the panel", "688999.SH"]),
     ("negative volume", _edit(1, ",1000", ",-5"), {}, ["negative value", "'volume'"]),
     ("empty universe", GOOD.replace(",volume\n", ",volume,in_universe\n").replace("000\n", "000,false\n")
@@ -55,6 +57,12 @@ CASES = [
     ("missing code column", GOOD.replace("date,code,", "date,ticker,"), {}, ["missing key column", "code"]),
     ("boolean column with junk", GOOD.replace(",volume\n", ",volume,is_suspended\n").replace("000\n", "000,maybe\n")
      .replace("100\n", "100,no\n"), {}, ["must be boolean", "maybe"]),
+    ("infinite close", _edit(3, ",10.3,", ",inf,"), {}, ["infinite value(s) in 'close'", "2024-01-03, 000001.SZ"]),
+    ("minus infinite low", _edit(2, ",6.9,", ",-inf,"), {}, ["infinite value(s) in 'low'", "600000.SH"]),
+    ("infinite volume", _edit(4, ",2100", ",inf"), {}, ["infinite value(s) in 'volume'", "2024-01-03, 600000.SH"]),
+    ("infinite amount", GOOD.replace(",volume\n", ",volume,amount\n").replace("000\n", "000,5e6\n")
+     .replace("1100\n", "1100,Infinity\n").replace("2100\n", "2100,5e6\n"), {}, ["infinite value(s) in 'amount'"]),
+    ("one stock", "\n".join(GOOD.splitlines()[0:4:2]) + "\n", {}, ["at least 2 stocks", "has 1", "600000.SH"]),
 ]
 
 
