@@ -292,7 +292,9 @@ def purge_violations(fold: FoldDates, ends: LabelEnds) -> list[str]:
     for role, days in (("training", fold.train_dates), ("validation", fold.valid_dates)):
         ahead = days[days >= fold.decision_date]
         if len(ahead):
-            problems.append(f"{len(ahead)} {role} dates on or after the decision date: {preview(map(day_label, ahead))}")
+            problems.append(
+                f"{len(ahead)} {role} dates on or after the decision date: {preview(map(day_label, ahead))}"
+            )
     shared = np.intersect1d(fold.train_dates.values.astype(_NS), fold.predict_dates.values.astype(_NS))
     if len(shared):
         problems.append(f"training dates that are also prediction dates: {preview(map(day_label, shared))}")

@@ -33,7 +33,15 @@ import numpy as np
 import pandas as pd
 
 from backtest.errors import ConfigError, DataContractError, InsufficientHistoryError, preview
-from backtest.leakage import LabelEnds, LeakageRecord, check_fold, day_label, fold_rows, purge_violations, sample_dates_of
+from backtest.leakage import (
+    LabelEnds,
+    LeakageRecord,
+    check_fold,
+    day_label,
+    fold_rows,
+    purge_violations,
+    sample_dates_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +160,10 @@ class RollingSchedule:
     ...                            test_start="2024-01-29")
     >>> for fold in schedule.split(dates, label_end):
     ...     print(fold)
-    fold 0: decide 2024-01-29  predict 2024-01-29..2024-02-02 (5)  train 2024-01-10..2024-01-17 (6)  valid 2024-01-22..2024-01-24 (3)  cutoff 2024-01-26
-    fold 1: decide 2024-02-05  predict 2024-02-05..2024-02-09 (5)  train 2024-01-17..2024-01-24 (6)  valid 2024-01-29..2024-01-31 (3)  cutoff 2024-02-02
+    fold 0: decide 2024-01-29  predict 2024-01-29..2024-02-02 (5)  train 2024-01-10..2024-01-17 (6)
+      valid 2024-01-22..2024-01-24 (3)  cutoff 2024-01-26
+    fold 1: decide 2024-02-05  predict 2024-02-05..2024-02-09 (5)  train 2024-01-17..2024-01-24 (6)
+      valid 2024-01-29..2024-01-31 (3)  cutoff 2024-02-02
 
     Fold 0: the validation labels end by 2024-01-26 (the cutoff, one trading day before the
     decision); 2024-01-25 and 2024-01-26 are purged (their labels end 2024-01-29 and 2024-01-30).
@@ -290,7 +300,7 @@ class RollingSchedule:
         block: np.ndarray,
         calendar: pd.DatetimeIndex,
         cal: np.ndarray,
-        ends: "LabelEnds",
+        ends: LabelEnds,
         pos: np.ndarray,
         horizon: int,
     ) -> Fold:

@@ -54,7 +54,8 @@ def main() -> None:
     }
     results = {}
     for name, spec in cases.items():
-        seconds = timed(lambda spec=spec: results.__setitem__(name, simulate(scores, panel, spec)), args.repeat)
+        seconds = timed(lambda name=name, spec=spec: results.__setitem__(name, simulate(scores, panel, spec)),
+                        args.repeat)
         target = "   [target < 2 s]" if spec == PortfolioSpec() else ""
         print(f"simulate, {name}: {seconds:.3f} s ({seconds / baseline:.1f}x baseline){target}")
 

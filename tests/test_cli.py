@@ -46,7 +46,8 @@ def test_main_job_records_one_complete_run(tmp_path: Path, capsys, compose_confi
     client = MlflowClient(uri)
     run = client.get_run(out["run_id"])
     assert run.info.status == "FINISHED"
-    assert set(HEADLINE_KEYS) - {"psr", "dsr"} <= set(run.data.metrics) | {k for k, v in out["metrics"].items() if v != v}
+    assert set(HEADLINE_KEYS) - {"psr", "dsr"} <= (set(run.data.metrics)
+                                                   | {k for k, v in out["metrics"].items() if v != v})
     assert run.data.metrics["n_folds"] == out["metrics"]["n_folds"] >= 2
     history = client.get_metric_history(out["run_id"], "fold/rank_ic")
     # one point per fold, step = fold number (the last fold's labels may not be known yet: no point)

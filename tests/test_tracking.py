@@ -478,9 +478,11 @@ def test_tracker_logs_through_a_real_mlflow_server(server_backend: str, tmp_path
             try:
                 with urllib.request.urlopen(f"{uri}/health", timeout=2):
                     break
-            except OSError:
+            except OSError as exc:
                 if server.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError("mlflow server did not start:\n" + (tmp_path / "server.log").read_text())
+                    raise AssertionError(
+                        "mlflow server did not start:\n" + (tmp_path / "server.log").read_text()
+                    ) from exc
                 time.sleep(0.5)
         tracker = Tracker(uri, "served", project_dir=tmp_path)
         with tracker.start_run("remote", study="srv") as run:

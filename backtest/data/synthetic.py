@@ -536,7 +536,8 @@ def planted_effect_strengths(market: SyntheticMarket, horizon: int = 5) -> pd.Da
     standard error (days are overlapping, so the error is scaled by sqrt(h)) and the number of days.
     """
     p = market.panel
-    wide = {c: p[c].unstack("code").reindex(index=market.truth.dates.astype("datetime64[ns]"), columns=market.truth.codes)
+    wide = {c: p[c].unstack("code").reindex(index=market.truth.dates.astype("datetime64[ns]"),
+                                            columns=market.truth.codes)
             for c in ("open", "close", "amount", "buy_lg_amount", "buy_elg_amount", "sell_lg_amount",
                       "sell_elg_amount", "in_universe")}
     open_ = wide["open"].to_numpy()
@@ -553,7 +554,8 @@ def planted_effect_strengths(market: SyntheticMarket, horizon: int = 5) -> pd.Da
     label = np.where(tradable, exit_ / entry - 1.0, np.nan)
 
     amount = wide["amount"].to_numpy()
-    main = (wide["buy_lg_amount"] + wide["buy_elg_amount"] - wide["sell_lg_amount"] - wide["sell_elg_amount"]).to_numpy()
+    main = (wide["buy_lg_amount"] + wide["buy_elg_amount"]
+            - wide["sell_lg_amount"] - wide["sell_elg_amount"]).to_numpy()
     with np.errstate(invalid="ignore", divide="ignore"):
         main_rate = np.where(amount > 0, main / amount, np.nan)
     mf_ma5 = pd.DataFrame(main_rate).rolling(5, min_periods=3).mean().to_numpy()

@@ -94,7 +94,8 @@ class AuditReport:
                 f"when the future after {days} is removed ({self.seconds:.1f} s)"
             )
         worst = sorted(self.findings, key=lambda f: (-f.max_abs_diff, f.feature))
-        detail = [f"{f.feature} at cutoff {f.cutoff:%Y-%m-%d}: max |diff| {f.max_abs_diff:.3g} on {f.n_mismatched} values" for f in worst]
+        detail = [f"{f.feature} at cutoff {f.cutoff:%Y-%m-%d}: max |diff| {f.max_abs_diff:.3g} "
+                  f"on {f.n_mismatched} values" for f in worst]
         return (
             f"feature audit FAILED: {len(self.offending)} feature(s) change when the data after the cutoff is "
             f"removed (look-ahead): {preview(self.offending, 20)}; worst: {preview(detail, 3)}"

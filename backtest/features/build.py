@@ -79,10 +79,13 @@ class FeatureMatrix:
 
     def __post_init__(self) -> None:
         if self.values.dtype != np.float32 or self.values.ndim != 2:
-            raise ValueError(f"FeatureMatrix.values must be a 2-D float32 array, got {self.values.dtype} {self.values.shape}")
+            raise ValueError(
+                f"FeatureMatrix.values must be a 2-D float32 array, got {self.values.dtype} {self.values.shape}"
+            )
         if self.values.shape != (len(self.index), len(self.names)):
             raise ValueError(
-                f"FeatureMatrix: values {self.values.shape} do not match {len(self.index)} rows x {len(self.names)} names"
+                f"FeatureMatrix: values {self.values.shape} do not match "
+                f"{len(self.index)} rows x {len(self.names)} names"
             )
         if len(set(self.names)) != len(self.names):
             raise ValueError("FeatureMatrix: feature names must be unique")

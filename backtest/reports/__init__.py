@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from backtest.reports.files import REPORT_FILES
 from backtest.reports.drift import (
     ImportanceDrift,
     feature_value_drift,
@@ -25,6 +24,7 @@ from backtest.reports.drift import (
     population_stability_index,
     write_drift_report,
 )
+from backtest.reports.files import REPORT_FILES
 from backtest.reports.plots import plot_drawdown, plot_equity_curve
 from backtest.reports.tearsheet import Tearsheet, tearsheet_metrics, write_tearsheet
 
@@ -87,7 +87,8 @@ def write_backtest_reports(
     if plots:
         written.append(plot_equity_curve(returns, benchmark, directory / REPORT_FILES["equity"], log_scale=log_scale,
                                          title=f"{title}: equity curve"))
-        written.append(plot_drawdown(returns, benchmark, directory / REPORT_FILES["drawdown"], title=f"{title}: drawdown"))
+        written.append(plot_drawdown(returns, benchmark, directory / REPORT_FILES["drawdown"],
+                                     title=f"{title}: drawdown"))
     if drift_report and (importance is not None or value_drift is not None):
         written += write_drift_report(directory / REPORT_FILES["drift"], importance=importance, periods=periods,
                                       value_drift=value_drift)

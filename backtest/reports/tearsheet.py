@@ -124,7 +124,9 @@ def write_tearsheet(
     return Tearsheet(path, "fallback", reason)
 
 
-def tearsheet_metrics(returns: pd.Series, benchmark: pd.Series, periods_per_year: int = metrics.PERIODS_PER_YEAR) -> pd.DataFrame:
+def tearsheet_metrics(
+    returns: pd.Series, benchmark: pd.Series, periods_per_year: int = metrics.PERIODS_PER_YEAR
+) -> pd.DataFrame:
     """Headline statistics of the tearsheet, from :mod:`backtest.metrics` (which defines them as
     quantstats does: compounded, risk-free rate 0).
 

@@ -149,5 +149,6 @@ def test_fingerprint_depends_on_data_spec_and_rows(tiny_panel):
     a = build_features(tiny_panel, spec, data_fingerprint="d1").fingerprint
     assert a == build_features(tiny_panel, spec, data_fingerprint="d1").fingerprint
     assert a != build_features(tiny_panel, spec, data_fingerprint="d2").fingerprint
-    assert a != build_features(tiny_panel, FeatureSetSpec(indicators=("ret_1d",), cs_z=False), data_fingerprint="d1").fingerprint
+    assert a != build_features(tiny_panel, FeatureSetSpec(indicators=("ret_1d",), cs_z=False),
+                               data_fingerprint="d1").fingerprint
     assert a != build_features(tiny_panel, spec, data_fingerprint="d1", rows="all").fingerprint

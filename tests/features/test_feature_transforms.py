@@ -37,7 +37,8 @@ def test_zscore_and_industry_neutral_on_small_numbers():
     eligible = np.array([True, True, True, True, False])
     cs = DailyCrossSection.of(day, eligible, 1)
     sd = np.std([1.0, 2, 3, 4])
-    np.testing.assert_allclose(cs.zscore(values), [(1 - 2.5) / sd, (2 - 2.5) / sd, (3 - 2.5) / sd, (4 - 2.5) / sd, np.nan])
+    np.testing.assert_allclose(cs.zscore(values),
+                               [(1 - 2.5) / sd, (2 - 2.5) / sd, (3 - 2.5) / sd, (4 - 2.5) / sd, np.nan])
     industry = np.array([7, 7, 9, 9, 9])
     # residuals from industry means (1.5, 1.5, 3.5, 3.5): -0.5, 0.5, -0.5, 0.5 -> z = -1, 1, -1, 1
     np.testing.assert_allclose(cs.industry_neutral(values, industry), [-1, 1, -1, 1, np.nan])
