@@ -29,7 +29,7 @@ class WideGrid:
     col_pos: np.ndarray
 
     @classmethod
-    def of(cls, panel: pd.DataFrame) -> "WideGrid":
+    def of(cls, panel: pd.DataFrame) -> WideGrid:
         dates_level = panel.index.get_level_values(0)
         codes_level = panel.index.get_level_values(1)
         row_pos, dates = pd.factorize(dates_level, sort=True)

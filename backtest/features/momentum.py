@@ -10,7 +10,15 @@ import numpy as np
 
 from backtest.features.indicator import Compute, Indicator
 from backtest.features.inputs import MarketData
-from backtest.features.rolling import ewm_mean, ewm_span_alpha, lag, rolling_max, rolling_mean, rolling_min, rolling_trend
+from backtest.features.rolling import (
+    ewm_mean,
+    ewm_span_alpha,
+    lag,
+    rolling_max,
+    rolling_mean,
+    rolling_min,
+    rolling_trend,
+)
 
 
 def moving_average(m: MarketData, window: int) -> np.ndarray:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from feature_fixtures import PLANTED, make_panel
 
 from backtest.errors import FeatureAuditError
 from backtest.features import FeatureSetSpec, audit_features, build_features
 from backtest.features.build import compute_features
 from backtest.features.sets import plan_features
-
-from feature_fixtures import PLANTED, make_panel
 
 EVERYTHING = FeatureSetSpec(name="everything", exclude=(), industry_neutral=True)
 
