@@ -9,10 +9,15 @@ data or config ends with its message and exit status 2, never a traceback.
 from __future__ import annotations
 
 import atexit
+import difflib
+import inspect
 import logging
 import math
 import os
+import re
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +25,13 @@ from typing import Any
 import hydra
 import pandas as pd
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import InstantiationException
+from hydra.errors import (
+    ConfigCompositionException,
+    HydraException,
+    InstantiationException,
+    MissingConfigException,
+    OverrideParseException,
+)
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -39,20 +50,145 @@ ENV_TRIALS = "RANKBACKTEST_N_TRIALS"
 ENV_STUDY = "RANKBACKTEST_STUDY"
 
 
-def _user_error(exc: BaseException) -> BacktestError | None:
-    """The BacktestError behind ``exc`` (Hydra wraps errors raised while instantiating), if any."""
+def _user_error(exc: BaseException, cfg: DictConfig | None = None) -> BacktestError | None:
+    """The BacktestError behind ``exc``, if any: a project error (Hydra wraps errors raised while
+    instantiating), Hydra's composition errors (a typo'd key, an unknown option, an override that does not
+    parse) and a key a group's target does not accept (with ``cfg``: named with the experiment that set it).
+    """
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, BacktestError):
             return seen
+        if isinstance(seen, MissingConfigException):
+            return _unknown_option(seen)
+        if isinstance(seen, OverrideParseException):
+            return _unparsable_override(seen)
+        if isinstance(seen, ConfigCompositionException):
+            return _bad_override(seen)
         if isinstance(seen, TypeError) and "unexpected keyword" in str(seen):
-            return ConfigError(f"{seen}\n  fix: remove the unknown key; `python -m backtest --cfg job` shows the "
-                               "keys each group accepts")
+            return _unexpected_key(seen, cfg)
         if isinstance(seen, OmegaConfBaseException):
             return ConfigError(f"{seen}\n  fix: set the missing or wrong key on the command line, e.g. "
                                "data=parquet data.path=/abs/path/panel.parquet")
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__
+
+
+def _command_line_overrides() -> list[str]:
+    """The Hydra overrides of this process's command line (flags such as ``-m`` or ``--cfg`` left out)."""
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        args, _ = get_args_parser().parse_known_args(sys.argv[1:])
+    except SystemExit:  # argparse refused the flags: Hydra reports it itself
+        return []
+    return list(args.overrides)
+
+
+def _unknown_option(exc: MissingConfigException) -> ConfigError:
+    """``features=nope``: Hydra's many-line 'Could not find' as one line naming the group's options."""
+    text = str(exc)
+    missing = re.search(r"Could not find '([^']+)'", text)
+    options = re.findall(r"^\t(\S+)$", text.split("Config search path:")[0], flags=re.MULTILINE)
+    if missing is None or "/" not in missing.group(1) or not options:
+        return ConfigError(f"{_first_line(exc)}\n  fix: check the option names; conf/ holds one folder per group")
+    group, option = missing.group(1).rsplit("/", 1)
+    close = difflib.get_close_matches(option, options, n=1)
+    return ConfigError(f"unknown option {group}={option}: the group '{group}' has {', '.join(options)} (conf/{group}/)"
+                       f"\n  fix: {group}={close[0] if close else options[0]}, or another option listed")
+
+
+def _unparsable_override(exc: OverrideParseException) -> ConfigError:
+    bad = []
+    for text in _command_line_overrides():
+        try:
+            OverridesParser.create().parse_overrides([text])
+        except OverrideParseException:
+            bad.append(text)
+    which = f"the override {bad[0]!r}" if bad else "an override"
+    return ConfigError(f"{which} does not parse: {_first_line(exc)}\n  fix: write key=value; quote a value with "
+                       "spaces, brackets or commas (key='a,b'); grammar: "
+                       "https://hydra.cc/docs/1.2/advanced/override_grammar/basic")
+
+
+def _bad_override(exc: ConfigCompositionException) -> ConfigError:
+    """``backtest.retrain_evry=5`` (a key that does not exist) or a value of the wrong type, in one line."""
+    cause = exc.__cause__
+    unknown = re.match(r"Could not override '([^']+)'", str(exc))
+    if unknown is None:
+        detail = f": {_first_line(cause)}" if cause is not None else ""
+        return ConfigError(f"{_first_line(exc)}{detail}\n  fix: correct that override; `python -m backtest --cfg job` "
+                           "shows every key with its value")
+    key = unknown.group(1)
+    parent, _, leaf = key.rpartition(".")
+    value = next((t.split("=", 1)[1] for t in _command_line_overrides()
+                  if t.split("=", 1)[0] == key and "=" in t), "<value>")
+    known = _keys_of(parent, skip=key)
+    close = difflib.get_close_matches(leaf, known, n=1)
+    where = f"the '{parent}' group has no key '{leaf}'" if parent else f"the config has no group or key '{leaf}'"
+    fix = f"{parent + '.' if parent else ''}{close[0]}={value} (did you mean {close[0]}?); " if close else ""
+    return ConfigError(f"unknown config key {key}: {where}\n  fix: {fix}`python -m backtest --cfg job` lists the keys; "
+                       f"adding a new key takes a leading + (+{key}={value})")
+
+
+def _keys_of(parent: str, skip: str) -> list[str]:
+    """Keys of the config node ``parent`` composed from the command line without ``skip`` (for hints)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(_command_line_overrides())
+        keep = [o.input_line for o in parsed
+                if not o.is_sweep_override() and o.key_or_group != skip and not o.key_or_group.startswith("hydra")]
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            cfg = compose(config_name="config", overrides=keep)
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+    except Exception:  # only a hint: without it the message still names the key
+        return []
+    return [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+
+
+def _unexpected_key(exc: TypeError, cfg: DictConfig | None) -> ConfigError:
+    """A key the group's target does not take; when the chosen experiment set it, say so."""
+    plain = ConfigError(f"{exc}\n  fix: remove the unknown key; `python -m backtest --cfg job` shows the keys each "
+                        "group accepts")
+    found = re.search(r"(\w+)\(\) got an unexpected keyword argument '(\w+)'", str(exc))
+    if found is None or cfg is None:
+        return plain
+    function, key = found.groups()
+    from hydra.core.hydra_config import HydraConfig
+
+    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    experiment = choices.get("experiment")
+    path = Path(CONF_DIR) / "experiment" / f"{experiment}.yaml"
+    if not experiment or not path.is_file():
+        return plain
+    injected = OmegaConf.load(path)
+    for group in cfg:
+        node, target = cfg.get(group), None
+        if isinstance(node, DictConfig):
+            target = str(node.get("_target_", ""))
+        if not target or not target.endswith(f".{function}") or not isinstance(injected.get(group), DictConfig):
+            continue
+        if key not in injected[group]:
+            continue
+        try:
+            accepted = inspect.signature(hydra.utils.get_object(target)).parameters
+        except (ValueError, TypeError, ImportError, HydraException):
+            accepted = {}
+        rejected = [f"{group}.{k}" for k in injected[group] if k not in accepted] or [f"{group}.{key}"]
+        option = choices.get(group, "?")
+        return ConfigError(
+            f"{group}.{key} is set by experiment={experiment} (conf/experiment/{experiment}.yaml), and the chosen "
+            f"{group}={option} ({target}) does not accept it: {exc}\n  fix: drop experiment={experiment}, or remove "
+            f"the keys it sets that {group}={option} does not take: {' '.join('~' + k for k in rejected)}"
+        )
+    return plain
 
 
 def _build(node: DictConfig, **kwargs: Any) -> Any:
@@ -80,16 +216,29 @@ def summarize_panel(panel: pd.DataFrame, fingerprint: str) -> str:
 
 
 class _FoldProgress:
-    """A tqdm bar over folds with an ETA (the CLI's choice; the engine only reports folds)."""
+    """Each finished fold: a tqdm bar with an ETA (the CLI's choice) and its metrics logged to the run at
+    once (``fold/<name>``, step = fold), so that a run that dies later keeps its progress. A store that
+    stops answering is noted once and not asked again; the run is then recorded in the fallback store."""
 
     def __init__(self) -> None:
         self.bar = None
+        self.run: Any = None
+        self.lost: BaseException | None = None
 
     def __call__(self, outcome: Any, n_folds: int) -> None:
+        from backtest.errors import StoreUnavailableError
+
         if self.bar is None:
             from tqdm import tqdm
 
             self.bar = tqdm(total=n_folds, desc="folds", unit="fold", file=sys.stderr, dynamic_ncols=True)
+        if self.run is not None and self.lost is None:
+            try:
+                self.run.log_fold_metrics({outcome.fold: outcome.metrics})
+            except StoreUnavailableError as exc:
+                self.lost = exc
+                log.warning("the tracking store stopped answering (%s); the backtest goes on and will be "
+                            "recorded in the fallback store", exc)
         ic = outcome.metrics.get("rank_ic", float("nan"))
         self.bar.set_postfix_str(f"rank IC {ic:+.3f}" + (" (resumed)" if outcome.resumed else ""))
         self.bar.update(1)
@@ -99,15 +248,30 @@ class _FoldProgress:
             self.bar.close()
 
 
+def _stop_on_signals() -> None:
+    """SIGTERM and SIGHUP (a scheduler's stop, a closed terminal) raise RunInterrupted, so that the open
+    tracked run ends KILLED with the signal's name instead of staying RUNNING (main thread only)."""
+    from backtest.errors import RunInterrupted
+
+    def stop(signum: int, frame: Any) -> None:
+        raise RunInterrupted(f"signal {signal.Signals(signum).name}")
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, stop)
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     """The main job: compose, build, run under the guards, record in MLflow, print the summary."""
+    _stop_on_signals()
     from backtest.cache import cache_paths
-    from backtest.engine import EngineOptions, run_backtest
+    from backtest.engine import EngineOptions, plan_backtest, run_backtest
+    from backtest.errors import StoreUnavailableError
     from backtest.leakage import is_comparable
     from backtest.record import ReportChoice, record_backtest
     from backtest.reports.summary import RunSummary, summary_text
     from backtest.study import trial_sharpe_var
-    from backtest.tracking import ARTIFACTS, Provenance, Tracker
+    from backtest.tracking import ARTIFACTS, Provenance, Tracker, config_key, fallback_uri, redact_uri
     from models.base import check_label_processing
 
     # Build every part first: a config mistake must surface before any expensive work.
@@ -132,21 +296,29 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     panel = load_panel(cfg)
     data_fp = panel_fingerprint(panel)
     log.info("panel loaded in %.1f s\n%s", time.perf_counter() - t0, summarize_panel(panel, data_fp))
+    # Labels and folds next: a schedule the data cannot serve is refused before the store is touched.
+    plan = plan_backtest(panel, label=label_spec, schedule=schedule)
 
+    config = OmegaConf.to_container(cfg, resolve=True)
+    tags = {"leak_demo": str(leak_demo).lower(), "config_key": config_key(config)}
     tracker = Tracker.from_config(tracking_cfg, PROJECT_DIR)
+    tracker.end_stale_runs(tags["config_key"])
     study = tracking_cfg.study
     n_trials = int(tracking_cfg.n_trials or 1)
     model_name = cfg.model._target_.rsplit(".", 1)[-1]
     run_name = tracking_cfg.run_name or f"{model_name}-{feature_spec.name}" + ("-LEAK-DEMO" if leak_demo else "")
+    reports = ReportChoice(tearsheet=tracking_cfg.tearsheet, plots=tracking_cfg.plots,
+                           drift_report=tracking_cfg.drift_report)
     progress = _FoldProgress()
     with tracker.start_run(run_name, parent_run_id=tracking_cfg.parent_run_id, study=study, n_trials=n_trials,
-                           tags={"leak_demo": str(leak_demo).lower()}) as mlrun:
-        mlrun.log_config(OmegaConf.to_container(cfg, resolve=True))
+                           tags=tags) as mlrun:
+        mlrun.log_config(config)
+        progress.run = mlrun
         try:
             result = run_backtest(
                 panel, features=feature_spec, label=label_spec, schedule=schedule, ranker_factory=ranker_factory,
                 portfolio=portfolio_spec, data_fingerprint=data_fp, options=options, n_trials=n_trials,
-                trial_sharpe_var=trial_sharpe_var(tracker, study), seed=int(cfg.seed), on_fold=progress,
+                trial_sharpe_var=trial_sharpe_var(tracker, study), seed=int(cfg.seed), on_fold=progress, plan=plan,
             )
         except LeakageError:
             mlrun.set_tags({"leak_guard": "failed", "data_fingerprint": data_fp})
@@ -156,22 +328,36 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             raise
         finally:
             progress.close()
-        mlrun.log_provenance(Provenance(
+        provenance = Provenance(
             data_fingerprint=data_fp, feature_fingerprint=result.features.fingerprint,
             leak_guard=result.leak_guard, feature_audit=result.feature_audit, leak_demo=leak_demo,
-        ))
-        mlrun.log_metrics({k: v for k, v in result.metrics.items() if v is not None and math.isfinite(v)})
-        mlrun.log_fold_metrics(result.fold_metrics)
-        record_backtest(mlrun, result, title=run_name, reports=ReportChoice(
-            tearsheet=tracking_cfg.tearsheet, plots=tracking_cfg.plots, drift_report=tracking_cfg.drift_report))
-        run_id, artifact_uri = mlrun.run_id, mlrun.artifact_uri
+        )
+        try:
+            if progress.lost is not None:
+                raise progress.lost
+            record_backtest(mlrun, result, provenance=provenance, title=run_name, reports=reports, fold_metrics=False)
+            run_id, artifact_uri, store = mlrun.run_id, mlrun.artifact_uri, tracker.uri
+        except StoreUnavailableError as exc:
+            # The server is gone: the whole run goes to the local fallback store, to be synced later.
+            local = Tracker(tracking_cfg.fallback_uri or fallback_uri(PROJECT_DIR), tracker.experiment, PROJECT_DIR)
+            with local.start_run(run_name, study=study, n_trials=n_trials, tags={
+                **tags, "pending_sync": "true", "fallback_for": redact_uri(tracker.uri),
+                "superseded_run": mlrun.run_id,
+            }) as fallback:
+                fallback.log_config(config)
+                record_backtest(fallback, result, provenance=provenance, title=run_name, reports=reports)
+                run_id, artifact_uri, store = fallback.run_id, fallback.artifact_uri, local.uri
+            log.warning("the tracking store %s stopped answering (%s): the run was recorded in the fallback store "
+                        "%s as %s. When the server is back: python -m backtest.tracking sync --to %s",
+                        redact_uri(tracker.uri), exc, local.uri, run_id, redact_uri(tracker.uri))
+            mlrun.end("FAILED", error=f"the store stopped answering; recorded in the fallback store as {run_id}")
     print(summary_text(result.portfolio.returns, result.portfolio.benchmark_returns, result.metrics, RunSummary(
         n_folds=len(result.records), n_features=len(result.feature_names), ndcg_depth=result.ndcg_depth,
         leak_guard=result.leak_guard, feature_audit=result.feature_audit,
         comparable=is_comparable(result.leak_guard, result.feature_audit), run_id=run_id,
-        tearsheet_uri=f"{artifact_uri}/{ARTIFACTS.report('tearsheet')}", ui=_ui_command(tracker.uri),
+        tearsheet_uri=f"{artifact_uri}/{ARTIFACTS.report('tearsheet')}", ui=_ui_command(store),
     )))
-    return {"run_id": run_id, "metrics": result.metrics, "leak_guard": result.leak_guard}
+    return {"run_id": run_id, "metrics": result.metrics, "leak_guard": result.leak_guard, "tracking_uri": store}
 
 
 def _ui_command(uri: str) -> str:
@@ -236,17 +422,83 @@ def _hydra_main(cfg: DictConfig) -> Any:
     try:
         return run(cfg)
     except (BacktestError, InstantiationException, OmegaConfBaseException, TypeError) as exc:
-        err = _user_error(exc)
+        err = _user_error(exc, cfg)
         if err is None:
             raise
         print(f"error: {err}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
 
 
+_ENV_INTERPOLATION = re.compile(r"\s*['\"]?\$\{oc\.env:[^}]*\}['\"]?\s*")
+
+
+def _keep_secrets_off_the_command_line(argv: list[str]) -> tuple[list[str], ConfigError | None]:
+    """Hydra writes every override in plain text into the run's ``.hydra/`` folder: refuse secrets there.
+
+    ``tracking.uri=http://user:password@host`` is taken apart instead: the credentials go to MLflow's
+    environment variables (``backtest.tracking.store.take_credentials``) and Hydra sees the plain URI.
+    Any other override whose key names a secret (``+data.token=...``; an ``${oc.env:NAME}`` value is
+    fine: it is saved unresolved) or whose value carries a password (``postgresql://u:pw@db``,
+    ``?password=``) is refused. Returns the command line to hand to Hydra and the refusal, if any.
+    """
+    from backtest.tracking.redaction import is_secret_key, redact_uri
+
+    out = list(argv)
+    for i, text in enumerate(argv):
+        if text.startswith("-") or "=" not in text:
+            continue
+        key, value = text.split("=", 1)
+        key = key.lstrip("+~").split("@", 1)[0]
+        if key == "tracking.uri" and re.match(r"(?i)https?://[^/?#]*@", value):
+            from backtest.tracking.store import take_credentials
+
+            out[i] = f"{text.split('=', 1)[0]}={take_credentials(value)}"
+            continue
+        if is_secret_key(key) and not _ENV_INTERPOLATION.fullmatch(value):
+            return argv, ConfigError(
+                f"the override {key}=... puts a secret on the command line; Hydra would save it in plain text in "
+                "the run's .hydra/ folder (overrides.yaml, config.yaml)\n  fix: keep it in an environment variable "
+                f"and read it from there, e.g. {text.split('=', 1)[0]}='${{oc.env:MY_SECRET}}' (saved unresolved); "
+                "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD for an MLflow server, TUSHARE_TOKEN for Tushare"
+            )
+        if redact_uri(value) != value:
+            return argv, ConfigError(
+                f"the override {redact_uri(text)} carries a password; Hydra would save it in plain text in the run's "
+                ".hydra/ folder\n  fix: give the address without it and the password in the environment (PGPASSWORD "
+                "or ~/.pgpass for PostgreSQL; MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD for an MLflow server)"
+            )
+    return out, None
+
+
 def main() -> None:
+    """``python -m backtest``: secrets refused before Hydra saves anything; every user error exits 2.
+
+    Hydra reports its own composition errors (a typo'd key, an unknown option, an override that does not
+    parse) and exits 1; with ``HYDRA_FULL_ERROR`` set for the call they reach this function instead, which
+    prints them in one line with a fix and exits 2. Set ``HYDRA_FULL_ERROR=1`` yourself for tracebacks.
+    """
     logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    _hydra_main()
+    argv, refused = _keep_secrets_off_the_command_line(sys.argv[1:])
+    if refused is not None:
+        print(f"error: {refused}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+    sys.argv[1:] = argv
+    users_choice = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        _hydra_main()
+    except (BacktestError, HydraException, OmegaConfBaseException) as exc:
+        err = None if users_choice == "1" else _user_error(exc)
+        if err is None:
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+    finally:
+        if users_choice is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = users_choice
 
 
 if __name__ == "__main__":

@@ -13,7 +13,11 @@
 Folds run in time order in this process when the ranker is stateful (warm start), otherwise through
 joblib (``backend``, ``n_jobs``); results do not depend on either. Each finished fold is checkpointed
 under ``checkpoint_dir/<run key>/`` so that a killed backtest rerun with the same inputs resumes where it
-stopped and gives identical results.
+stopped and gives identical results. The run key includes the code fingerprint
+(:func:`backtest.provenance.code_fingerprint`): changed code or packages never resume from what older
+code computed. A fold's checkpoint is one file with its outcome, a stateful ranker's state after it and a
+checksum, renamed into place in one step; one that fails its checks is deleted with a warning and its
+fold recomputed.
 """
 
 from __future__ import annotations
@@ -22,25 +26,29 @@ import hashlib
 import json
 import logging
 import os
+import tempfile
 import time
+import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from backtest.checksum import CHECKSUM_ALGORITHM, checksum
 from backtest.errors import ConfigError, FeatureAuditError, InsufficientHistoryError
 from backtest.features.audit import AuditReport, audit_features
 from backtest.features.build import FeatureMatrix, build_features
-from backtest.features.cache import load_or_build_features
+from backtest.features.cache import CorruptEntryError, load_or_build_features
 from backtest.features.registry import FeatureRegistry
 from backtest.features.sets import FeatureSetSpec, select_by_gain
 from backtest.labels import Labels, LabelSpec, make_labels
 from backtest.leakage import GuardStatus, LeakageRecord, feature_audit_status, fold_rows, leak_guard_status
 from backtest.metrics import daily_ic, headline_metrics, ndcg_at_k
-from backtest.portfolio import PortfolioResult, PortfolioSpec, simulate
+from backtest.portfolio import PortfolioResult, PortfolioSpec, check_universe, simulate
+from backtest.provenance import code_fingerprint
 from backtest.splits import Fold, RollingSchedule
 from models.base import LEVEL_PROCESSINGS, Ranker, RankingData
 
@@ -62,6 +70,13 @@ class EngineOptions:
     checkpoint_dir : fold checkpoints (None: no checkpoints, no resume).
     audit_cutoffs : number of cutoff dates of the feature audit (0 switches it off; the run is then
         not comparable).
+
+    Raises
+    ------
+    ConfigError : ``n_jobs`` not -1 or >= 1, a backend joblib does not know, ``audit_cutoffs`` < 0, or a
+        cache directory that cannot be created or written. A cache that cannot be written is refused
+        here, before any work, rather than used without a cache: the run would lose its resume points
+        and fail (or recompute) only after the compute, while the config promised a cache.
     """
 
     n_jobs: int = 1
@@ -69,6 +84,41 @@ class EngineOptions:
     feature_cache_dir: Path | None = None
     checkpoint_dir: Path | None = None
     audit_cutoffs: int = 3
+
+    def __post_init__(self) -> None:
+        from joblib.parallel import BACKENDS, EXTERNAL_BACKENDS
+
+        n_jobs = self.n_jobs
+        if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or not (n_jobs == -1 or n_jobs >= 1):
+            raise ConfigError(f"engine.n_jobs: expected -1 (all cores) or an integer >= 1, received {n_jobs!r}\n"
+                              "  fix: engine.n_jobs=1 (folds in this process) or engine.n_jobs=-1")
+        backends = sorted({*BACKENDS, *EXTERNAL_BACKENDS})
+        if self.backend not in backends:
+            raise ConfigError(f"engine.backend: expected one of {', '.join(backends)} (joblib backends registered "
+                              f"in this process), received {self.backend!r}\n  fix: engine.backend=loky")
+        if isinstance(self.audit_cutoffs, bool) or not isinstance(self.audit_cutoffs, (int, np.integer)) \
+                or self.audit_cutoffs < 0:
+            raise ConfigError(f"engine.audit_cutoffs: expected an integer >= 0 (0 switches the audit off), received "
+                              f"{self.audit_cutoffs!r}\n  fix: engine.audit_cutoffs=3")
+        for what, directory in (("feature cache", self.feature_cache_dir), ("checkpoint", self.checkpoint_dir)):
+            if directory is not None:
+                _check_writable(Path(directory), what)
+
+
+def _check_writable(directory: Path, what: str) -> None:
+    """Create ``directory`` if needed and write a probe file into it; ConfigError when that fails."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=".write-probe-", dir=directory)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(
+            f"engine.cache_dir: the {what} directory {directory} cannot be written ({type(exc).__name__}: "
+            f"{exc.strerror or exc}); expected a directory this user can create and write\n"
+            "  fix: engine.cache_dir=<a writable directory>, or run without a cache: engine.feature_cache=false "
+            "engine.checkpoints=false"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -101,7 +151,49 @@ class BacktestResult:
     feature_audit: GuardStatus
     feature_cache_hit: bool
     ndcg_depth: int  # the headline and per-fold NDCG are ndcg_at_<ndcg_depth>
+    #: :func:`backtest.provenance.code_fingerprint` of this process: the source and package versions that
+    #: can change the result; it keys the checkpoints (and, for the feature code, the feature cache)
+    code_fingerprint: str = ""
+    #: folds read from checkpoints instead of computed
+    resumed_folds: int = 0
+    #: the code fingerprint the resumed folds were computed by (read from their checkpoints, which are
+    #: kept per run key and checked on load, so it is always ``code_fingerprint``); None when none resumed
+    resumed_from: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class BacktestPlan:
+    """The labels and the purged folds of a backtest: everything that can refuse it cheaply."""
+
+    labels: Labels
+    folds: list[Fold]
+
+
+def plan_backtest(panel: pd.DataFrame, *, label: LabelSpec, schedule: RollingSchedule,
+                  portfolio: PortfolioSpec | None = None) -> BacktestPlan:
+    """Make the labels and the folds (about a second on the default market), before any expensive work.
+
+    Every fold is purged from ``label_end`` and checked by :func:`backtest.leakage.check_fold` inside
+    :meth:`RollingSchedule.folds` (LeakageError on a breach). With ``portfolio``, the test period's
+    universe is checked first (:func:`backtest.portfolio.check_universe`).
+
+    Raises
+    ------
+    ConfigError : the test period holds no trading day of the data; ``portfolio.top_k`` at least the
+        eligible universe.
+    DataContractError : fewer than 2 members on the median test day, or no member trades in the test
+        period.
+    InsufficientHistoryError : a fold cannot get its training window from the labelled history.
+    """
+    calendar = pd.DatetimeIndex(panel.index.get_level_values(0).unique())
+    if portfolio is not None:
+        check_universe(panel, portfolio, schedule.test_period(calendar))
+    labels = make_labels(panel, label)
+    folds = schedule.folds(calendar, labels.label_end)
+    if not folds:
+        raise InsufficientHistoryError("the schedule has no folds: the test period holds no trading day")
+    return BacktestPlan(labels, folds)
 
 
 def run_backtest(
@@ -119,6 +211,7 @@ def run_backtest(
     seed: int = 0,
     on_fold: Callable[[FoldOutcome, int], None] | None = None,
     registry: FeatureRegistry | None = None,
+    plan: BacktestPlan | None = None,
 ) -> BacktestResult:
     """Run a leakage-guarded rolling backtest of ``ranker_factory``'s model on ``panel``.
 
@@ -131,14 +224,24 @@ def run_backtest(
     n_trials, trial_sharpe_var : for the deflated Sharpe ratio (the study this run belongs to).
     on_fold : called after each fold with its outcome and the number of folds (progress display).
     registry : the feature indicators (default: the library's registry); the audit covers them all.
+    plan : :func:`plan_backtest` of the same panel, label and schedule, when the caller made it first
+        (to refuse a bad schedule before opening a tracked run); None makes it here.
 
     Raises
     ------
+    ConfigError, InsufficientHistoryError : the schedule cannot be served (see :func:`plan_backtest`).
     FeatureAuditError : a feature's past values change when future data is removed.
     LeakageError : a fold trains on a label that ends after its cutoff (with the purge on).
     """
     timings: dict[str, float] = {}
     started = time.perf_counter()
+    if plan is None:
+        plan = plan_backtest(panel, label=label, schedule=schedule, portfolio=portfolio)
+    else:  # the caller's plan may have been made without the portfolio: its universe is checked here (~0.1 s)
+        dates = pd.DatetimeIndex(panel.index.get_level_values(0).unique())
+        check_universe(panel, portfolio, schedule.test_period(dates))
+    labels, folds = plan.labels, plan.folds
+    timings["plan_s"] = time.perf_counter() - started
 
     audit = None
     if options.audit_cutoffs > 0:
@@ -162,16 +265,6 @@ def run_backtest(
         cache_hit = False
     timings["features_s"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    labels = make_labels(panel, label)
-    timings["labels_s"] = time.perf_counter() - t0
-
-    calendar = pd.DatetimeIndex(panel.index.get_level_values(0).unique())
-    folds = schedule.folds(calendar, labels.label_end)
-    if not folds:
-        raise InsufficientHistoryError("the schedule has no folds: the test period holds no trading day")
-    # RollingSchedule.folds has already run check_fold on every purged fold (LeakageError on a breach).
-
     relevance = labels.target.reindex(matrix.index)
     if features.keep_by_gain:
         matrix = _keep_by_gain(matrix, relevance, label.processing, folds[0], ranker_factory, features.keep_by_gain)
@@ -181,8 +274,11 @@ def run_backtest(
     ndcg = _Ndcg(depth=probe.ndcg_depth or portfolio.top_k, gain=probe.ndcg_gain)
     data, samples = _ranking_data(matrix, relevance, label.processing)
 
-    key = _run_key(data_fingerprint, matrix.fingerprint, label, schedule, ranker_factory, seed)
-    ckpt = _Checkpoints(options.checkpoint_dir / key) if options.checkpoint_dir else None
+    code_fp = code_fingerprint()
+    ckpt = None
+    if options.checkpoint_dir:
+        key = _run_key(data_fingerprint, matrix.fingerprint, label, schedule, ranker_factory, seed, code_fp)
+        ckpt = _Checkpoints(options.checkpoint_dir / key, code_fingerprint=code_fp, stateful=probe.stateful)
 
     t0 = time.perf_counter()
     outcomes = list(
@@ -207,6 +303,9 @@ def run_backtest(
         ndcg_depth=ndcg.depth, ndcg_gain=ndcg.gain,
     )
     metrics["n_folds"] = float(len(folds))
+    # Days on which the book was not the one chosen (blocked trades, stale marks): the summary shows them.
+    metrics["days_blocked"] = float(result.days_blocked)
+    metrics["rebalances_blocked"] = float(result.rebalances_blocked)
     fold_metrics = pd.DataFrame([{"fold": o.fold, **o.metrics} for o in outcomes]).set_index("fold")
     importance = pd.DataFrame({o.fold: o.importance for o in outcomes}).T.rename_axis("fold").fillna(0.0)
     records = [f.record for f in folds]
@@ -215,7 +314,10 @@ def run_backtest(
         scores=scores, portfolio=result, metrics=metrics, fold_metrics=fold_metrics, records=records,
         importance=importance, audit=audit, labels=labels, features=matrix, feature_names=list(matrix.names),
         leak_guard=leak_guard_status(records), feature_audit=feature_audit_status(audit),
-        feature_cache_hit=cache_hit, ndcg_depth=ndcg.depth, timings=timings,
+        feature_cache_hit=cache_hit, ndcg_depth=ndcg.depth, code_fingerprint=code_fp,
+        resumed_folds=sum(o.resumed for o in outcomes),
+        resumed_from=",".join(sorted(ckpt.resumed_from)) if ckpt and ckpt.resumed_from else None,
+        timings=timings,
     )
 
 
@@ -286,9 +388,9 @@ def _run_folds(
     probe = factory()
     stateful = probe.stateful
 
-    def emit(outcome: FoldOutcome) -> FoldOutcome:
+    def emit(outcome: FoldOutcome, state: Ranker | None = None) -> FoldOutcome:
         if ckpt and not outcome.resumed:
-            ckpt.save(outcome)
+            ckpt.save(outcome, state)  # one unit: a stateful ranker's state is saved with its fold
         if on_fold:
             on_fold(outcome, n)
         return outcome
@@ -301,11 +403,9 @@ def _run_folds(
                 yield emit(done[fold.fold])
                 continue
             if stateful and ckpt and fold.fold > 0 and (fold.fold - 1) in done:
-                ranker = ckpt.restore_ranker(type(ranker), fold.fold - 1, ranker)
+                ranker = ckpt.restore_ranker(fold.fold - 1, ranker)  # continue from the saved state
             outcome = _fit_predict(ranker, samples, data, fold, labels, index, ndcg)
-            if ckpt and stateful:
-                ckpt.save_ranker(ranker, fold.fold)
-            yield emit(outcome)
+            yield emit(outcome, ranker if stateful else None)
         return
 
     from joblib import Parallel, delayed
@@ -374,58 +474,121 @@ def _audit_cutoffs(panel: pd.DataFrame, schedule: RollingSchedule, n: int) -> li
 
 
 def _run_key(data_fp: str, feature_fp: str, label: LabelSpec, schedule: RollingSchedule,
-             factory: RankerFactory, seed: int) -> str:
+             factory: RankerFactory, seed: int, code_fp: str) -> str:
+    """The checkpoint folder of a run: everything its folds' outcomes depend on, the code included
+    (``code_fp``: :func:`backtest.provenance.code_fingerprint`), so that changed code never resumes from
+    folds that older code computed."""
     probe = factory()
     payload = json.dumps(
         {"data": data_fp, "features": feature_fp, "label": repr(label), "schedule": repr(schedule),
-         "model": type(probe).__name__, "params": probe.params, "seed": seed},
+         "model": type(probe).__name__, "params": probe.params, "seed": seed, "code": code_fp},
         sort_keys=True, default=str,
     )
     return hashlib.blake2b(payload.encode(), digest_size=10).hexdigest()
 
 
-class _Checkpoints:
-    """One folder per run key; one ``fold_NNNN.npz`` per finished fold, written atomically."""
+_MODEL_PREFIX = "model/"
 
-    def __init__(self, directory: Path) -> None:
+
+class _Checkpoints:
+    """The finished folds of one run key: one ``fold_NNNN.npz`` per fold, one unit each.
+
+    A unit holds the fold's outcome (scores, rows, importance, metrics), the code fingerprint that
+    computed it, for a stateful ranker the model state after the fold (the files of ``ranker.save``),
+    and a checksum over all of them. It is written to a temporary file and renamed into place in one
+    step, so a kill at any instant leaves the whole unit or none of it: never a model without its
+    outcome, nor an outcome without its model (the warm-start resume then continues from exactly the
+    state the uninterrupted run had). A unit that fails its checksum, cannot be read, comes from other
+    code or lacks the model a stateful ranker needs is deleted with one warning and its fold is
+    recomputed.
+    """
+
+    def __init__(self, directory: Path, *, code_fingerprint: str, stateful: bool) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.code_fingerprint = code_fingerprint
+        self.stateful = stateful
+        self._models: dict[int, dict[str, bytes]] = {}
+        #: code fingerprints of the units :meth:`completed` read (the one of this run, by the key)
+        self.resumed_from: set[str] = set()
 
     def _path(self, fold: int) -> Path:
         return self.directory / f"fold_{fold:04d}.npz"
 
-    def save(self, outcome: FoldOutcome) -> None:
-        tmp = self.directory / f".fold_{outcome.fold:04d}.{os.getpid()}.tmp.npz"
-        np.savez(
-            tmp, scores=outcome.scores, rows=outcome.rows,
-            meta=np.frombuffer(json.dumps({"importance": outcome.importance, "metrics": outcome.metrics}).encode(),
-                               dtype=np.uint8),
-        )
-        os.replace(tmp, self._path(outcome.fold))
+    def save(self, outcome: FoldOutcome, ranker: Ranker | None = None) -> None:
+        """Write the unit of ``outcome`` (with the state of ``ranker`` when given) atomically."""
+        meta = json.dumps({"fold": outcome.fold, "code": self.code_fingerprint, "importance": outcome.importance,
+                           "metrics": outcome.metrics, "checksum_algorithm": CHECKSUM_ALGORITHM})
+        arrays = {"meta": np.frombuffer(meta.encode(), dtype=np.uint8), "scores": outcome.scores, "rows": outcome.rows}
+        if ranker is not None:
+            with tempfile.TemporaryDirectory(prefix="ranker-state-") as tmp:
+                ranker.save(tmp)
+                for file in sorted(p for p in Path(tmp).rglob("*") if p.is_file()):
+                    name = _MODEL_PREFIX + file.relative_to(tmp).as_posix()
+                    arrays[name] = np.frombuffer(file.read_bytes(), dtype=np.uint8)
+        arrays["checksum"] = np.frombuffer(_unit_checksum(arrays).encode(), dtype=np.uint8)
+        tmp_path = self.directory / f".fold_{outcome.fold:04d}.{os.getpid()}.tmp.npz"
+        np.savez_compressed(tmp_path, **arrays)  # a warm-started booster's text shrinks about 4x
+        os.replace(tmp_path, self._path(outcome.fold))
 
     def completed(self) -> dict[int, FoldOutcome]:
+        """The folds whose units pass their checks; the others are deleted (one warning each)."""
+        self._remove_leftovers()
         out: dict[int, FoldOutcome] = {}
         for path in sorted(self.directory.glob("fold_*.npz")):
-            fold = int(path.stem.split("_")[1])
-            with np.load(path) as z:
-                meta = json.loads(z["meta"].tobytes().decode())
-                out[fold] = FoldOutcome(fold, z["scores"], z["rows"], meta["importance"], meta["metrics"], resumed=True)
+            try:
+                fold = int(path.stem.split("_")[1])
+                with np.load(path, allow_pickle=False) as z:
+                    arrays = {name: z[name] for name in z.files}
+                stored = arrays.pop("checksum").tobytes().decode()
+                if stored != _unit_checksum(arrays):
+                    raise CorruptEntryError("it does not match its checksum")
+                meta = json.loads(arrays["meta"].tobytes().decode())
+                if meta["fold"] != fold or meta["code"] != self.code_fingerprint:
+                    raise CorruptEntryError(f"it holds fold {meta['fold']} of code {meta['code']}, expected fold "
+                                            f"{fold} of code {self.code_fingerprint}")
+                model = {name.removeprefix(_MODEL_PREFIX): a.tobytes() for name, a in arrays.items()
+                         if name.startswith(_MODEL_PREFIX)}
+                if self.stateful and not model:
+                    raise CorruptEntryError("it holds no model state, which a stateful ranker needs to continue")
+                outcome = FoldOutcome(fold, arrays["scores"], arrays["rows"], meta["importance"], meta["metrics"],
+                                      resumed=True)
+            except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+                log.warning("checkpoint %s is corrupt (%s); deleted, its fold will be recomputed", path, exc)
+                path.unlink(missing_ok=True)
+                continue
+            out[fold] = outcome
+            self.resumed_from.add(meta["code"])
+            if model:
+                self._models[fold] = model
         if out:
             log.info("resuming: %d finished fold(s) found in %s", len(out), self.directory)
         return out
 
-    def save_ranker(self, ranker: Ranker, fold: int) -> None:
-        target = self.directory / f"model_{fold:04d}"
-        ranker.save(target)
-        previous = self.directory / f"model_{fold - 1:04d}"
-        if previous.exists():
-            import shutil
-
-            shutil.rmtree(previous, ignore_errors=True)
-
-    def restore_ranker(self, cls: Any, fold: int, current: Ranker) -> Ranker:
-        path = self.directory / f"model_{fold:04d}"
-        if not path.exists():
-            return current
-        current.adopt_state(cls.load(path))
+    def restore_ranker(self, fold: int, current: Ranker) -> Ranker:
+        """``current`` with the model state saved with ``fold`` (:meth:`Ranker.adopt_state`)."""
+        with tempfile.TemporaryDirectory(prefix="ranker-state-") as tmp:
+            for name, data in self._models[fold].items():
+                target = Path(tmp) / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+            current.adopt_state(type(current).load(tmp))
         return current
+
+    def _remove_leftovers(self) -> None:
+        """Delete the temporary files of writers that were killed (their process is gone)."""
+        for path in self.directory.glob(".fold_*.tmp.npz"):
+            try:
+                os.kill(int(path.name.split(".")[2]), 0)
+            except (ValueError, IndexError, ProcessLookupError):
+                path.unlink(missing_ok=True)
+            except PermissionError:  # alive, another user's
+                pass
+
+
+def _unit_checksum(arrays: dict[str, np.ndarray]) -> str:
+    """Checksum over a checkpoint unit's arrays (names and contents, in name order)."""
+    parts: list[np.ndarray | str] = []
+    for name in sorted(arrays):
+        parts += [name, arrays[name]]
+    return checksum(*parts)

@@ -38,6 +38,14 @@ class TrackingError(BacktestError):
     """The experiment store (MLflow) cannot be reached, or it refused a record."""
 
 
+class StoreUnavailableError(TrackingError):
+    """The experiment store stopped answering (a lost server, a full disk): the record went nowhere."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """The process was asked to stop (SIGTERM, SIGHUP, Ctrl-C); the tracked run ends KILLED."""
+
+
 def preview(items: Iterable[object], limit: int = 5) -> str:
     """Format the first ``limit`` items of ``items`` for an error message, with the total count.
 

@@ -1,20 +1,25 @@
-"""What a finished backtest leaves in its tracked run: data, guard evidence and reports, at the paths of
-:data:`backtest.tracking.layout.ARTIFACTS`.
+"""What a finished backtest leaves in its tracked run: metrics, data, guard evidence, reports and, last,
+the provenance and guard tags, at the paths of :data:`backtest.tracking.layout.ARTIFACTS`.
 
 ::
 
-    BacktestResult --record_backtest--> run: predictions, positions, daily returns, periods, fold metrics,
-                                         feature importance, leakage records, feature audit, reports/
+    BacktestResult --record_backtest--> run: headline metrics, per-fold metrics, predictions, positions,
+                                         daily returns, periods, feature importance, leakage records,
+                                         feature audit, reports/, then the tags (comparable last)
+
+The tags come last so that a run that died while being recorded never says ``comparable=true``.
 """
 
 from __future__ import annotations
 
+import math
 import tempfile
 from dataclasses import dataclass
 
 import pandas as pd
 
 from backtest.engine import BacktestResult
+from backtest.provenance import Provenance
 from backtest.reports import feature_value_drift, write_backtest_reports
 from backtest.tracking import ARTIFACTS, TrackedRun
 
@@ -28,8 +33,15 @@ class ReportChoice:
     drift_report: bool = True
 
 
-def record_backtest(run: TrackedRun, result: BacktestResult, *, title: str, reports: ReportChoice) -> None:
-    """Log every artifact of ``result`` to ``run`` and write its reports into it."""
+def record_backtest(run: TrackedRun, result: BacktestResult, *, provenance: Provenance, title: str,
+                    reports: ReportChoice, fold_metrics: bool = True) -> None:
+    """Log ``result`` to ``run``: metrics, artifacts, reports, then the provenance and guard tags.
+
+    ``fold_metrics=False`` skips the per-fold metrics (already logged as the folds finished).
+    """
+    run.log_metrics({k: v for k, v in result.metrics.items() if v is not None and math.isfinite(v)})
+    if fold_metrics:
+        run.log_fold_metrics(result.fold_metrics)
     p = result.portfolio
     run.log_frame(result.scores.to_frame(), ARTIFACTS.predictions)
     run.log_frame(p.positions, ARTIFACTS.positions)
@@ -47,6 +59,7 @@ def record_backtest(run: TrackedRun, result: BacktestResult, *, title: str, repo
             tearsheet=reports.tearsheet, plots=reports.plots, drift_report=reports.drift_report,
         )
         run.log_artifact(tmp, ARTIFACTS.reports)
+    run.log_provenance(provenance)
 
 
 def importance_by_decision(result: BacktestResult) -> pd.DataFrame | None:

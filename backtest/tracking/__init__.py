@@ -8,7 +8,9 @@ The only package of the project that imports mlflow. Its modules, one job each:
 - :mod:`~backtest.tracking.run`: :class:`Tracker`, built once by the CLI and passed down, and the
   :class:`TrackedRun` handle of one open run;
 - :mod:`~backtest.tracking.queries`: a study's runs read back as a table;
-- :mod:`~backtest.tracking.layout`: where each artifact lives inside a run (:data:`ARTIFACTS`).
+- :mod:`~backtest.tracking.layout`: where each artifact lives inside a run (:data:`ARTIFACTS`);
+- :mod:`~backtest.tracking.fallback`: a local store for runs whose server went away, and
+  ``python -m backtest.tracking sync --to URI``, which hands them over later.
 
 What a run's guards and provenance say is decided outside, in :mod:`backtest.leakage` and
 :mod:`backtest.provenance`; this package only records it.
@@ -50,8 +52,15 @@ import os
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # Reading a run's artifacts back (a sweep's study table) must not draw progress bars into the output.
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+# A lost server must cost seconds, not minutes: MLflow's defaults (7 retries, backoff factor 2, 120 s
+# timeout) retried for 497 s before giving up. These bound a request to about 10 s of retries; the run
+# then goes to the fallback store (backtest.tracking.fallback). Set the variables to override.
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 
 from backtest.provenance import Provenance, git_state, provenance_tags  # noqa: E402
+from backtest.tracking.fallback import fallback_uri, sync_runs  # noqa: E402
 from backtest.tracking.layout import ARTIFACTS, RunArtifacts  # noqa: E402
 from backtest.tracking.queries import RunKind, study_runs  # noqa: E402
 from backtest.tracking.redaction import (  # noqa: E402
@@ -61,7 +70,7 @@ from backtest.tracking.redaction import (  # noqa: E402
     redact_config,
     redact_uri,
 )
-from backtest.tracking.run import TrackedRun, Tracker  # noqa: E402
+from backtest.tracking.run import TrackedRun, Tracker, config_key, store_unavailable  # noqa: E402
 from backtest.tracking.store import (  # noqa: E402
     TrackingConfig,
     default_artifact_location,
@@ -78,6 +87,10 @@ __all__ = [
     "TrackedRun",
     "Tracker",
     "TrackingConfig",
+    "config_key",
+    "fallback_uri",
+    "store_unavailable",
+    "sync_runs",
     "default_artifact_location",
     "flatten_config",
     "git_state",

@@ -1,8 +1,9 @@
 """Secrets never reach the store: redaction of config values, URIs and tags, and MLflow-safe params.
 
 A config leaf is redacted whole when its dotted key names a secret (:data:`SECRET_KEY_PATTERN`); any
-other string keeps its text but loses URI passwords (``scheme://user:***@host``). Params are the
-flattened resolved config (:func:`flatten_config`), cut at MLflow's value limit.
+other string keeps its text but loses URI passwords (``scheme://user:***@host``) and the values of
+secret parameters (``?password=***``, ``pwd=***``). Params are the flattened resolved config
+(:func:`flatten_config`), cut at MLflow's value limit.
 """
 
 from __future__ import annotations
@@ -19,23 +20,53 @@ logger = logging.getLogger(__name__)
 MAX_PARAM_VALUE_CHARS = 6000
 MAX_TAG_VALUE_CHARS = 8000
 
-SECRET_KEY_PATTERN = re.compile(r"token|password|passwd|secret|api[_-]?key|credential", re.IGNORECASE)
-# scheme://user:password@host -> scheme://user:***@host (the user name stays: it says who logged in).
-_URI_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):(?P<password>[^@\s/]+)@")
+# A key names a secret when it contains one of the long words anywhere (``db_password``, ``tushareToken``,
+# ``credentials``), or one of the short words ``pwd``, ``pass``, ``auth`` as a word of its own
+# (``db.pwd``, ``basic_auth``, ``dbPass``) so that ``author`` or ``bypass`` stay visible.
+SECRET_KEY_PATTERN = re.compile(
+    r"(?i:token|passw(?:or)?d|passphrase|secret|api[_-]?key|access[_-]?key|private[_-]?key|credential"
+    r"|authorization)"
+    r"|(?:(?<![A-Za-z])(?i:pwd|pass|auth)|(?<=[a-z])(?:Pwd|Pass|Auth))(?![a-z])"
+)
+# scheme://user:password@host -> scheme://user:***@host (the user name stays: it says who logged in). A
+# password may hold '/', '@' or spaces when it was not percent-encoded: the LAST '@' that is followed by
+# a host (no '@' or space up to the next '/', '?', '#', quote or the end) separates it from the host. It
+# never runs past a line end, a quote or another '://', so that a message quoting the URI keeps the rest.
+_URI_PASSWORD = re.compile(
+    r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s'\"`]*)"
+    r":(?P<password>(?:(?!://)[^\n'\"`])+)"
+    r"@(?P<host>[^@/?#\s'\"`]+)(?=[/?#\s'\"`,;)]|$)"
+)
+# key=value pairs of a query string (?password=x&pwd=y) or of a keyword DSN (host=db password=x).
+_PARAMETER = re.compile(
+    r"(?P<head>(?:^|(?<=[?&;\s]))(?P<key>[A-Za-z_][\w.\-]*)\s*=\s*)"
+    r"(?P<value>'[^']*'|\"[^\"]*\"|[^&;\s'\"`]+)"
+)
 REDACTED = "***"
 
 
 def redact_uri(value: str) -> str:
-    """Replace the password of every ``scheme://user:password@host`` in ``value`` by ``***``.
+    """Hide the passwords in ``value``: of every ``scheme://user:password@host`` and every secret
+    ``key=value`` parameter (query string or keyword DSN; keys as :func:`is_secret_key`).
 
     >>> redact_uri("postgresql://bob:hunter2@db:5432/mlflow")
     'postgresql://bob:***@db:5432/mlflow'
+    >>> redact_uri("postgresql://bob:p@ss/w rd@db:5432/mlflow?sslmode=require&pwd=x")
+    'postgresql://bob:***@db:5432/mlflow?sslmode=require&pwd=***'
     """
-    return _URI_PASSWORD.sub(lambda m: f"{m.group('head')}:{REDACTED}@", value)
+    value = _URI_PASSWORD.sub(lambda m: f"{m.group('head')}:{REDACTED}@{m.group('host')}", value)
+    return _PARAMETER.sub(
+        lambda m: f"{m.group('head')}{REDACTED}" if is_secret_key(m.group("key")) else m.group(0), value
+    )
 
 
 def is_secret_key(key: str) -> bool:
-    """True when a (dotted) config key names a secret: token, password, secret, api_key, credential."""
+    """True when a (dotted) config key names a secret: token, password / passwd / pwd / pass, passphrase,
+    secret, api_key, access_key, private_key, credential(s), auth / authorization.
+
+    >>> [is_secret_key(k) for k in ("db.pwd", "tracking.auth", "ssh.passphrase", "author", "engine.n_jobs")]
+    [True, True, True, False, False]
+    """
     return SECRET_KEY_PATTERN.search(key) is not None
 
 

@@ -7,11 +7,14 @@ Nothing relies on mlflow's global "active run", so runs of a multirun sweep cann
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import logging
 import math
+import os
+import socket
 import tempfile
 import time
-import logging
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +25,7 @@ import pandas as pd
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 
-from backtest.errors import TrackingError, preview
+from backtest.errors import StoreUnavailableError, TrackingError, preview
 from backtest.provenance import Provenance, provenance_tags
 from backtest.tracking.layout import ARTIFACTS
 from backtest.tracking.queries import RunKind, study_runs
@@ -105,7 +108,7 @@ class Tracker:
         kind : ``backtest`` for one backtest, ``sweep`` for the parent of a sweep (tag ``run_kind``).
         tags : more tags (redacted like params).
         """
-        all_tags: dict[str, str] = {"run_kind": kind}
+        all_tags: dict[str, str] = {"run_kind": kind, "host": socket.gethostname(), "pid": str(os.getpid())}
         if parent_run_id is not None:
             self._check_parent(parent_run_id)
             all_tags["mlflow.parentRunId"] = parent_run_id
@@ -145,8 +148,8 @@ class Tracker:
         )
         try:
             yield run
-        except KeyboardInterrupt:
-            run.end("KILLED", error="KeyboardInterrupt")
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP turned into RunInterrupted by the CLI
+            run.end("KILLED", error=f"interrupted: {exc or type(exc).__name__}")
             raise
         except SystemExit as exc:
             if exc.code in (None, 0):
@@ -163,6 +166,48 @@ class Tracker:
         """A handle on an existing run of this store (e.g. a finished child of a sweep), to read its
         artifacts or log more metrics to it. Ending it is left to whoever started it."""
         return TrackedRun(self, run_id, None)
+
+    def end_stale_runs(self, config_key: str) -> list[str]:
+        """End as FAILED the RUNNING runs of this configuration whose process is gone; return their ids.
+
+        A run killed with SIGKILL (or by a power cut) cannot end itself: it stays RUNNING. Before a
+        configuration (tag ``config_key``, see :func:`config_key`) runs again, its RUNNING runs started
+        on this host by a process that no longer exists are marked FAILED with the reason; the rerun
+        is a new run (a resumed one: its finished folds come from the checkpoints). Runs of another
+        host are left alone, with a warning: their process cannot be checked from here.
+        """
+        host = socket.gethostname()
+        try:
+            runs = self.client.search_runs(
+                [self.experiment_id],
+                filter_string=f"tags.config_key = '{config_key}' and attributes.status = 'RUNNING'",
+                max_results=1000,
+            )
+        except MlflowException as exc:
+            self._raise_if_unavailable(exc)
+            raise
+        ended = []
+        for stale in runs:
+            tags = stale.data.tags
+            if tags.get("host") != host:
+                logger.warning("run %s of this configuration is RUNNING on host %s: left as it is",
+                               stale.info.run_id, tags.get("host", "unknown"))
+                continue
+            pid = int(tags.get("pid", "0") or 0)
+            if pid and pid != os.getpid() and _process_alive(pid):
+                logger.warning("run %s of this configuration is still running (pid %d)", stale.info.run_id, pid)
+                continue
+            TrackedRun(self, stale.info.run_id, stale.info.run_name).end(
+                "FAILED", error=f"interrupted: its process (pid {pid} on {host}) ended without closing the run")
+            ended.append(stale.info.run_id)
+        if ended:
+            logger.warning("marked %d interrupted run(s) of this configuration FAILED: %s",
+                           len(ended), ", ".join(ended))
+        return ended
+
+    def _raise_if_unavailable(self, exc: Exception) -> None:
+        if store_unavailable(exc):
+            raise StoreUnavailableError(f"The MLflow store {redact_uri(self.uri)!r} does not answer: {exc}") from exc
 
     def study_runs(
         self, study: str, *, kind: RunKind | None = "backtest", statuses: Sequence[str] | None = None
@@ -293,7 +338,8 @@ class TrackedRun:
                 self.tracker.client.log_artifacts(self.run_id, str(local_path), artifact_path)
             else:
                 self.tracker.client.log_artifact(self.run_id, str(local_path), artifact_path)
-        except MlflowException as exc:
+        except (MlflowException, OSError) as exc:
+            self._raise_if_unavailable(exc, f"artifact {local_path.name}")
             raise TrackingError(
                 f"Could not log artifact {local_path} to run {self.run_id}: {exc.message}"
             ) from exc
@@ -385,7 +431,8 @@ class TrackedRun:
     def _log_batch(self, what: str, **entities: Sequence[Any]) -> None:
         try:
             self.tracker.client.log_batch(self.run_id, synchronous=True, **entities)
-        except MlflowException as exc:
+        except (MlflowException, OSError) as exc:
+            self._raise_if_unavailable(exc, what)
             names = [e.key for group in entities.values() for e in group]
             hint = (
                 " Params are immutable: a key logged twice must keep its value; start a new run instead."
@@ -397,11 +444,50 @@ class TrackedRun:
                 f"{redact_uri(self.tracker.uri)!r}: {exc.message.rstrip('.')}.{hint}"
             ) from exc
 
+    def _raise_if_unavailable(self, exc: BaseException, what: str) -> None:
+        """Raise StoreUnavailableError when ``exc`` says the store is gone rather than refusing."""
+        if store_unavailable(exc):
+            raise StoreUnavailableError(
+                f"The MLflow store {redact_uri(self.tracker.uri)!r} did not take {what} for run {self.run_id}: "
+                f"{exc}"
+            ) from exc
+
     def _log_text(self, text: str, artifact_file: str) -> None:
         with tempfile.TemporaryDirectory(prefix="rankbacktest-artifact-") as tmp:
             path = Path(tmp) / Path(artifact_file).name
             path.write_text(text, encoding="utf-8")
             self.log_artifact(path, _parent(artifact_file))
+
+
+def config_key(config: Mapping[str, Any]) -> str:
+    """The identity of a configuration: a hash of its flattened, redacted params (tag ``config_key``).
+
+    The sweep bookkeeping (``tracking.parent_run_id``, ``tracking.n_trials``) is left out: a rerun of
+    one job outside its sweep is the same configuration.
+    """
+    params = {k: v for k, v in flatten_config(config).items()
+              if k not in ("tracking.parent_run_id", "tracking.n_trials")}
+    return hashlib.blake2b(json.dumps(params, sort_keys=True).encode(), digest_size=10).hexdigest()
+
+
+def store_unavailable(exc: BaseException) -> bool:
+    """True when ``exc`` says the store is gone (no answer, a full disk) rather than refusing a record."""
+    if isinstance(exc, OSError):
+        return True
+    text = str(getattr(exc, "message", exc)).lower()
+    markers = ("failed with exception", "max retries exceeded", "connection refused", "database or disk is full",
+               "disk i/o error", "unable to open database")
+    return any(marker in text for marker in markers)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:

@@ -10,7 +10,11 @@ the schema and the experiment once before parallel jobs start.
 - a database server (``postgresql://user:pw@host/db``, ``mysql://...``): artifacts default to
   ``<project dir>/mlartifacts`` unless ``artifact_location`` is given (an ``s3://`` bucket for a team);
 - an MLflow server (``http://host:5000``): the server decides where artifacts go
-  (``mlflow server --artifacts-destination ...``).
+  (``mlflow server --artifacts-destination ...``). A server behind a login takes
+  ``http://user:password@host:5000``: the credentials are moved out of the URI into MLflow's
+  ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` environment variables of this process
+  (:func:`resolve_tracking_uri`), so that the URI the project keeps, prints and records has none; or set
+  those variables yourself and give the plain URI.
 
 With a SQLite store, parallel jobs race on creating the schema: call :func:`prepare_store` once in the
 launching process before the jobs start (the CLI does it in its multirun callback).
@@ -18,9 +22,11 @@ launching process before the jobs start (the CLI does it in its multirun callbac
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import logging
+import os
 import re
 import tempfile
 import time
@@ -29,7 +35,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import mlflow
 from mlflow.exceptions import MlflowException
@@ -41,6 +47,14 @@ logger = logging.getLogger(__name__)
 
 _DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
 _SERVER_SCHEMES = ("http", "https", "databricks")
+ENV_USERNAME = "MLFLOW_TRACKING_USERNAME"
+ENV_PASSWORD = "MLFLOW_TRACKING_PASSWORD"
+# http(s)://user[:password]@host...: the password is everything up to the LAST '@' that is followed by a
+# host (a password that was not percent-encoded may hold '@' or '/').
+_HTTP_USERINFO = re.compile(
+    r"^(?P<scheme>https?)://(?P<user>[^:/@]*)(?::(?P<password>.*))?@(?P<host>[^@/?#\s]+)(?P<rest>(?:[/?#].*)?)$",
+    re.IGNORECASE | re.DOTALL,
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +74,8 @@ class TrackingConfig:
     n_trials : number of configurations in the study (tag ``n_trials``, the DSR's trial count); the
         yaml reads ``RANKBACKTEST_N_TRIALS``.
     tearsheet, plots, drift_report : which reports the run writes and logs.
+    fallback_uri : where a run goes when the store stops answering while it is recorded; None is the
+        project's ``fallback/mlruns.db`` (:func:`backtest.tracking.fallback.fallback_uri`).
     """
 
     uri: str | None = None
@@ -72,6 +88,7 @@ class TrackingConfig:
     tearsheet: bool = True
     plots: bool = True
     drift_report: bool = True
+    fallback_uri: str | None = None
 
 
 def resolve_tracking_uri(uri: str | None, project_dir: Path | str) -> str:
@@ -84,7 +101,10 @@ def resolve_tracking_uri(uri: str | None, project_dir: Path | str) -> str:
 
     Returns
     -------
-    str : ``sqlite:////abs/path.db``, or ``uri`` unchanged for servers and database stores.
+    str : ``sqlite:////abs/path.db``, or ``uri`` unchanged for database stores and servers, except that
+        an http(s) server URI loses its ``user:password@``: they are set as ``MLFLOW_TRACKING_USERNAME``
+        / ``MLFLOW_TRACKING_PASSWORD`` in this process's environment, where MLflow reads them (see
+        :func:`take_credentials`).
 
     Raises
     ------
@@ -119,6 +139,8 @@ def resolve_tracking_uri(uri: str | None, project_dir: Path | str) -> str:
             path = project_dir / path
             logger.info("tracking.uri %s is relative: resolved against the project dir to %s", uri, path)
         return f"sqlite:///{path.resolve()}"
+    if scheme in ("http", "https"):
+        return take_credentials(uri)
     if scheme in _SERVER_SCHEMES or scheme.split("+")[0] in _DATABASE_SCHEMES:
         return uri
     if scheme in ("", "file"):
@@ -131,6 +153,34 @@ def resolve_tracking_uri(uri: str | None, project_dir: Path | str) -> str:
         f"tracking.uri: unknown scheme {scheme!r} in {redact_uri(uri)!r}. Expected one of sqlite, "
         f"{', '.join(_SERVER_SCHEMES)}, {', '.join(_DATABASE_SCHEMES)}."
     )
+
+
+def take_credentials(uri: str) -> str:
+    """Move the credentials of an http(s) tracking URI into MLflow's environment variables.
+
+    MLflow authenticates to a tracking server with ``MLFLOW_TRACKING_USERNAME`` and
+    ``MLFLOW_TRACKING_PASSWORD`` (HTTP basic auth); it does not read them from the URI, and the URI is
+    printed, logged and recorded. So ``http://user:password@host:5000`` becomes ``http://host:5000``
+    and the (percent-decoded) user name and password are set in ``os.environ`` of this process (and the
+    jobs it starts); they are never written anywhere. Credentials in the URI win over the variables.
+
+    >>> take_credentials("http://127.0.0.1:5000")
+    'http://127.0.0.1:5000'
+    """
+    match = _HTTP_USERINFO.match(uri)
+    if match is None:
+        return uri
+    user, password = unquote(match.group("user")), match.group("password")
+    plain = f"{match.group('scheme')}://{match.group('host')}{match.group('rest')}"
+    for name, value in ((ENV_USERNAME, user), (ENV_PASSWORD, None if password is None else unquote(password))):
+        if value is None:
+            continue
+        if os.environ.get(name) not in (None, value):
+            logger.warning("tracking.uri carries credentials: they replace %s of the environment", name)
+        os.environ[name] = value
+    logger.info("tracking.uri carries credentials for user %r: passed to MLflow through %s / %s (this process "
+                "only, never recorded); the store is %s", user, ENV_USERNAME, ENV_PASSWORD, plain)
+    return plain
 
 
 def default_artifact_location(uri: str, experiment: str, project_dir: Path | str) -> str | None:
@@ -281,10 +331,22 @@ def _check_server(uri: str, timeout_s: float = 5.0) -> None:
     parts = urlsplit(uri)
     if parts.scheme not in ("http", "https"):
         return
-    health = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}/health"
+    health = urllib.request.Request(f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}/health")
+    if os.environ.get(ENV_USERNAME):
+        login = f"{os.environ[ENV_USERNAME]}:{os.environ.get(ENV_PASSWORD, '')}".encode()
+        health.add_header("Authorization", "Basic " + base64.b64encode(login).decode("ascii"))
     try:
         with urllib.request.urlopen(health, timeout=timeout_s) as response:  # noqa: S310 (http only)
             response.read()
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise TrackingError(
+                f"The MLflow server at {redact_uri(uri)!r} refused the login (HTTP {exc.code}) of user "
+                f"{os.environ.get(ENV_USERNAME)!r}. Expected credentials it accepts. Fix: set "
+                f"{ENV_USERNAME} / {ENV_PASSWORD} in the environment (or give them in the URI, "
+                "http://user:password@host:port)."
+            ) from None
+        logger.info("the MLflow server at %s answers /health with HTTP %s", redact_uri(uri), exc.code)
     except (urllib.error.URLError, OSError) as exc:
         raise TrackingError(
             f"The MLflow server at {redact_uri(uri)!r} does not answer ({exc}). Expected a running "

@@ -1,0 +1,5 @@
+import sys
+
+from backtest.tracking.fallback import main
+
+sys.exit(main())

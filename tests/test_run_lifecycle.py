@@ -1,0 +1,171 @@
+"""The record never lies about how a run ended: refusals write nothing, kills end or supersede the run,
+a lost server costs seconds and no result. Each fault is injected for real (signals, a server process
+stopped, an OSError from the disk)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from backtest import cli
+from backtest.errors import StoreUnavailableError
+from tests.test_cli import TINY
+
+FAST = [o for o in TINY if not o.startswith("backtest.retrain_every")] + ["backtest.retrain_every=5"]
+
+
+def _backtest(args: list[str], tmp_path: Path) -> subprocess.Popen:
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    return subprocess.Popen([sys.executable, "-m", "backtest", *args, f"hydra.run.dir={tmp_path / 'run'}"],
+                            cwd=cli.PROJECT_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _runs(uri: str) -> list:
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("rankbacktest")
+    return client.search_runs([experiment.experiment_id]) if experiment else []
+
+
+def _wait_for_fold_metrics(uri: str, n: int, timeout: float = 240.0) -> None:
+    """Poll the store until its run has ``n`` per-fold points (logged as the folds finish)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            runs = _runs(uri)
+            if runs and len(MlflowClient(uri).get_metric_history(runs[0].info.run_id, "fold/rank_ic")) >= n:
+                return
+        except Exception:  # noqa: BLE001  the store may be half-created on the first polls
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"no {n} fold metrics in {uri} after {timeout} s")
+
+
+def test_a_refused_schedule_writes_nothing_to_the_store(tmp_path: Path) -> None:
+    db = tmp_path / "refused.db"
+    proc = _backtest([*TINY, "backtest.test_start=2023-07-01", f"tracking.uri=sqlite:///{db}"], tmp_path)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in err and "Fix:" in err
+    assert not db.exists()  # the store was never opened: no FAILED run, no empty database
+
+
+def test_a_full_disk_while_recording_ends_the_run_failed_with_the_reason(tmp_path: Path, monkeypatch,
+                                                                          compose_config) -> None:
+    uri = f"sqlite:///{tmp_path / 'full.db'}"
+    fallback = f"sqlite:///{tmp_path / 'fallback.db'}"
+    real = MlflowClient.log_artifact
+
+    def full_disk(self, run_id, local_path, artifact_path=None):  # the data artifacts are the first big writes
+        if "predictions" in str(local_path):
+            raise OSError(errno.ENOSPC, "No space left on device", str(local_path))
+        return real(self, run_id, local_path, artifact_path)
+
+    monkeypatch.setattr(MlflowClient, "log_artifact", full_disk)
+    cfg = compose_config([*TINY, f"tracking.uri={uri}", f"tracking.fallback_uri={fallback}"])
+    with pytest.raises(StoreUnavailableError, match="No space left on device"):
+        cli.run(cfg)
+    for store in (uri, fallback):  # the server's run and its fallback copy both end FAILED, saying why
+        (run,) = _runs(store)
+        assert run.info.status == "FAILED" and "No space left on device" in run.data.tags["error"]
+        assert "comparable" not in run.data.tags  # written only when a run is recorded whole
+
+
+@pytest.mark.slow
+def test_kill_9_then_rerun_leaves_one_finished_run_and_nothing_running(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'killed.db'}"
+    args = [*FAST, f"tracking.uri={uri}", "engine.checkpoints=true", f"engine.cache_dir={tmp_path / 'cache'}"]
+    proc = _backtest(args, tmp_path)
+    _wait_for_fold_metrics(uri, 2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    (killed,) = _runs(uri)
+    assert killed.info.status == "RUNNING"  # nobody could end it
+    rerun = _backtest(args, tmp_path)
+    out, err = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, err[-3000:]
+    runs = {r.info.run_id: r for r in _runs(uri)}
+    statuses = sorted(r.info.status for r in runs.values())
+    assert statuses == ["FAILED", "FINISHED"]  # exactly one FINISHED run of the configuration, nothing RUNNING
+    assert "ended without closing the run" in runs[killed.info.run_id].data.tags["error"]
+    assert "resuming" in out + err  # the rerun took the killed run's finished folds from the checkpoints
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_end_the_run_killed_with_the_signal(tmp_path: Path, sig: signal.Signals) -> None:
+    uri = f"sqlite:///{tmp_path / 'stopped.db'}"
+    proc = _backtest([*FAST, f"tracking.uri={uri}"], tmp_path)
+    _wait_for_fold_metrics(uri, 1)
+    proc.send_signal(sig)
+    proc.wait(timeout=120)
+    (run,) = _runs(uri)
+    assert run.info.status == "KILLED" and run.data.tags["error"] == f"interrupted: signal {sig.name}"
+    assert proc.returncode != 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _server(db: Path, artifacts: Path, port: int) -> subprocess.Popen:
+    mlflow = Path(sys.executable).with_name("mlflow")
+    proc = subprocess.Popen([str(mlflow), "server", "--backend-store-uri", f"sqlite:///{db}", "--artifacts-destination",
+                             str(artifacts), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc
+        time.sleep(0.3)
+    raise AssertionError("mlflow server did not start")
+
+
+@pytest.mark.slow
+def test_a_lost_server_costs_seconds_and_the_run_goes_to_the_fallback_store_then_syncs(tmp_path: Path) -> None:
+    db, artifacts, port = tmp_path / "server.db", tmp_path / "artifacts", _free_port()
+    server_uri, fallback = f"http://127.0.0.1:{port}", f"sqlite:///{tmp_path / 'fallback.db'}"
+    server = _server(db, artifacts, port)
+    proc = _backtest([*FAST, f"tracking.uri={server_uri}", f"tracking.fallback_uri={fallback}"], tmp_path)
+    try:
+        _wait_for_fold_metrics(f"sqlite:///{db}", 2)  # progress reaches the server as folds finish
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)
+    lost_at = time.monotonic()
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    assert time.monotonic() - lost_at < 120  # bounded retries, not minutes per request
+    assert "python -m backtest.tracking sync --to" in out + err  # the log says where the run went
+    (local,) = _runs(fallback)
+    assert local.info.status == "FINISHED" and local.data.tags["pending_sync"] == "true"
+    assert local.data.tags["comparable"] == "true" and "sharpe" in local.data.metrics
+    n_folds = int(local.data.metrics["n_folds"])
+    assert len(MlflowClient(fallback).get_metric_history(local.info.run_id, "fold/rank_ic")) >= n_folds - 1
+
+    server = _server(db, artifacts, port)
+    try:
+        sync = subprocess.run(
+            [sys.executable, "-m", "backtest.tracking", "sync", "--from", fallback, "--to", server_uri],
+            cwd=cli.PROJECT_DIR, capture_output=True, text=True, timeout=300,
+        )
+        assert sync.returncode == 0, sync.stderr[-3000:]
+        runs = {r.info.status: r for r in _runs(server_uri)}
+        assert sorted(runs) == ["FAILED", "FINISHED"]  # the run open when the server died, and the synced one
+        synced = runs["FINISHED"]
+        assert synced.data.metrics == local.data.metrics and synced.data.tags["synced_from"] == local.info.run_id
+        client = MlflowClient(server_uri)
+        assert "data/daily_returns.parquet" in [a.path for a in client.list_artifacts(synced.info.run_id, "data")]
+        assert MlflowClient(fallback).get_run(local.info.run_id).data.tags["pending_sync"] == "false"
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
