@@ -1,8 +1,11 @@
 """See and clear the project's caches: ``python -m backtest.cache [list|clear] [features|checkpoints|all]``.
 
 The feature cache (``.cache/features``) holds feature matrices keyed by data fingerprint, feature set and
-feature code version; the checkpoints (``.cache/checkpoints``) hold finished folds of backtests so that
-a killed run resumes. Both are safe to delete at any time: they are recomputed when needed.
+the feature code's fingerprint; the checkpoints (``.cache/checkpoints``) hold finished folds of backtests,
+keyed by everything a fold depends on including the code fingerprint
+(:func:`backtest.provenance.code_fingerprint`), so that a killed run resumes. Every entry carries a
+checksum checked on load: a damaged one is discarded with a warning and recomputed. Both are safe to
+delete at any time; entries of older code are never read again, and ``clear`` removes them.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from backtest.features.sets import FeatureSetSpec
 from backtest.labels import LabelSpec
 from backtest.metrics import HEADLINE_KEYS
 from backtest.portfolio import PortfolioSpec
+from backtest.provenance import code_fingerprint
 from backtest.splits import RollingSchedule
 from models.lambdarank import LambdaRankConfig, LambdaRankRanker
 from tests.features.feature_fixtures import PLANTED
@@ -50,6 +51,9 @@ def test_headline_metrics_and_fold_records(result) -> None:
     for record in result.records:
         assert record.max_train_label_end <= record.cutoff < record.decision_date
     assert np.isfinite(result.metrics["sharpe"]) and result.metrics["max_drawdown"] <= 0
+    # days on which the book was not the one chosen (blocked trades, stale marks), for the summary and tags
+    assert result.metrics["days_blocked"] == result.portfolio.days_blocked <= len(result.portfolio.returns)
+    assert result.metrics["rebalances_blocked"] == result.portfolio.rebalances_blocked
     # every decision date of the test period has scores for the day's members, and only for them
     scored_days = result.scores.index.get_level_values("date").unique()
     assert scored_days.min() >= pd.Timestamp("2022-07-01")
@@ -107,7 +111,33 @@ def test_killed_run_resumes_with_identical_results(result, tiny_panel, tmp_path:
         options=EngineOptions(checkpoint_dir=tmp_path), seed=3, on_fold=lambda o, n: seen.append(o.resumed),
     )
     assert seen[:3] == [True, True, True] and not any(seen[3:])
+    assert resumed.resumed_folds == 3 and resumed.resumed_from == resumed.code_fingerprint
     pd.testing.assert_series_equal(resumed.scores, result.scores)
+
+
+def test_changed_code_resumes_nothing_and_unchanged_code_resumes_every_fold(result, tiny_panel, tmp_path: Path,
+                                                                            monkeypatch) -> None:
+    caches = dict(checkpoint_dir=tmp_path / "checkpoints", feature_cache_dir=tmp_path / "features")
+    first = backtest(tiny_panel, **caches)
+    assert first.code_fingerprint == code_fingerprint() and len(first.code_fingerprint) == 16
+    assert (first.resumed_folds, first.resumed_from) == (0, None)
+    pd.testing.assert_series_equal(first.scores, result.scores, check_exact=True)
+
+    # a committed change that negates the model's predictions, with the code fingerprint it brings
+    real_predict = LambdaRankRanker.predict
+    monkeypatch.setattr(LambdaRankRanker, "predict", lambda self, data: -real_predict(self, data))
+    monkeypatch.setattr(engine, "code_fingerprint", lambda: "0123456789abcdef")
+    changed = backtest(tiny_panel, **caches)
+    assert changed.code_fingerprint == "0123456789abcdef" and changed.resumed_folds == 0
+    assert changed.scores.to_numpy().tobytes() == (-result.scores).to_numpy().tobytes()
+    assert changed.feature_cache_hit  # the feature code did not change: its cache still hits
+
+    monkeypatch.undo()  # back to the first code: every fold is read back, bitwise the same
+    again = backtest(tiny_panel, **caches)
+    assert again.resumed_folds == len(again.records) and again.resumed_from == first.code_fingerprint
+    assert again.scores.to_numpy().tobytes() == first.scores.to_numpy().tobytes()
+    assert again.portfolio.returns.to_numpy().tobytes() == first.portfolio.returns.to_numpy().tobytes()
+    assert again.metrics == pytest.approx(first.metrics, rel=0, abs=0, nan_ok=True)
 
 
 def test_warm_start_resume_is_identical(tiny_panel, tmp_path: Path) -> None:

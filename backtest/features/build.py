@@ -34,6 +34,7 @@ from backtest.features.inputs import MarketData, activity_min_periods
 from backtest.features.registry import FEATURE_CODE_VERSION, FeatureRegistry, default_registry
 from backtest.features.rolling import rolling_mean
 from backtest.features.sets import FeatureColumn, FeaturePlan, FeatureSetSpec, plan_features
+from backtest.provenance import code_fingerprint
 
 log = logging.getLogger("backtest.features")
 
@@ -69,7 +70,8 @@ class FeatureMatrix:
     values : float32 (n_rows, n_features); NaN = missing (not enough history, suspended, undefined).
     names : feature names, one per column.
     index : MultiIndex (date, code) of the rows, sorted like the panel.
-    fingerprint : hash of (data fingerprint, feature set, registry, row mode, FEATURE_CODE_VERSION).
+    fingerprint : hash of (data fingerprint, feature set, registry, row mode, FEATURE_CODE_VERSION and
+        the feature code's fingerprint, ``code_fingerprint("features")``).
     """
 
     values: np.ndarray
@@ -145,7 +147,12 @@ class FeatureMatrix:
 def feature_fingerprint(
     data_fingerprint: str, spec: FeatureSetSpec, registry: FeatureRegistry, rows: Rows = "eligible"
 ) -> str:
-    """Hash identifying a feature matrix: data, feature set, registry, row mode and feature code version."""
+    """Hash identifying a feature matrix: data, feature set, registry, row mode and feature code.
+
+    The feature code enters twice: as the hash of its source and packages (``code_fingerprint("features")``,
+    so that any edit of the feature code misses the cache, and an edit elsewhere does not) and as the
+    hand-kept ``FEATURE_CODE_VERSION`` (to retire cached features for a reason the source does not show).
+    """
     payload = json.dumps(
         {
             "data": data_fingerprint,
@@ -153,6 +160,7 @@ def feature_fingerprint(
             "registry": registry.fingerprint(),
             "rows": rows,
             "code_version": FEATURE_CODE_VERSION,
+            "code": code_fingerprint("features"),
         },
         sort_keys=True,
     )

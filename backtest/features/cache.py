@@ -1,32 +1,41 @@
 """Content-addressed feature cache: a built FeatureMatrix stored on disk under its fingerprint.
 
 The key is the matrix fingerprint, a hash of (data fingerprint, feature set, registry, row mode,
-``FEATURE_CODE_VERSION``): any change to the data, the set or the feature code gives a new key, so a
-stale entry is never read. Layout, one folder per entry::
+``FEATURE_CODE_VERSION``, ``code_fingerprint("features")``): any change to the data, the set or the
+feature code (its source, or the numpy / pandas / scipy it runs on) gives a new key, so a stale entry is
+never read, while a change elsewhere (a model, the tracking package) still hits. Layout, one folder per
+entry::
 
     <directory>/<key>/values.npy    float32 (n_rows, n_features)
     <directory>/<key>/index.npz     the (date, code) row index as levels and integer codes
-    <directory>/<key>/meta.json     names, fingerprint, spec, created (UTC), shape
+    <directory>/<key>/meta.json     names, fingerprint, spec, created (UTC), shape, and the checksums of
+                                    values (the array's bytes), index.npz (the file) and meta.json itself
 
-An entry is written to a temporary folder in ``<directory>`` and renamed into place in one step, so a
-run killed while writing leaves at most a ``.tmp-*`` folder that is never read (``clear`` removes it).
+An entry is written to a temporary folder in ``<directory>``, meta.json last, and renamed into place in
+one step, so a run killed while writing leaves at most a ``.tmp-*`` folder that is never read (``clear``
+removes it). Every load verifies the checksums (xxh3-128, :mod:`backtest.checksum`: about 0.13 s for the
+default 634 MiB matrix): an entry truncated, overwritten or otherwise changed on disk is discarded with
+one warning and rebuilt, never used.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 import shutil
 import time
 import uuid
+import zipfile
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from backtest.checksum import CHECKSUM_ALGORITHM, checksum
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.features.build import FeatureMatrix, Rows, build_features, check_panel, feature_fingerprint
 from backtest.features.registry import FeatureRegistry, default_registry
@@ -35,6 +44,28 @@ from backtest.features.sets import FeatureSetSpec
 log = logging.getLogger("backtest.features")
 
 _TMP_PREFIX = ".tmp-"
+
+
+class CorruptEntryError(ValueError):
+    """A stored file does not match the checksum written with it (caught inside this module and
+    :mod:`backtest.engine`: the entry is discarded and recomputed)."""
+
+
+def _seal(meta: dict) -> dict:
+    """``meta`` with ``meta_checksum``, the checksum of its other keys."""
+    body = {k: v for k, v in meta.items() if k != "meta_checksum"}
+    return {**body, "meta_checksum": checksum(json.dumps(body, sort_keys=True))}
+
+
+def _read_sealed(path: Path) -> dict:
+    """The JSON object at ``path``, after checking its ``meta_checksum`` (CorruptEntryError when it is
+    missing or does not match)."""
+    meta = json.loads(path.read_text())
+    if not isinstance(meta, dict) or meta.get("checksum_algorithm") != CHECKSUM_ALGORITHM:
+        raise CorruptEntryError(f"{path.name} carries no {CHECKSUM_ALGORITHM} checksums")
+    if _seal(meta).get("meta_checksum") != meta.get("meta_checksum"):
+        raise CorruptEntryError(f"{path.name} does not match its checksum")
+    return meta
 
 
 @dataclass(frozen=True)
@@ -69,26 +100,40 @@ class FeatureCache:
         return self.directory / key
 
     def load(self, key: str) -> FeatureMatrix | None:
-        """The matrix stored under ``key``, or None when there is no complete entry (an unreadable entry
-        is removed). With ``mmap`` the values are a read-only ``np.memmap``."""
+        """The matrix stored under ``key``, or None when there is no complete entry.
+
+        Every file is checked against the checksum stored with it; an entry that fails (truncated,
+        overwritten, written before checksums, unreadable) is removed with one warning, and None is
+        returned so that the caller rebuilds it. With ``mmap`` the values are a read-only ``np.memmap``
+        (the check reads them once, which brings them into the page cache).
+        """
         folder = self.path(key)
         if not (folder / "meta.json").is_file():
             return None
         try:
-            meta = json.loads((folder / "meta.json").read_text())
+            meta = _read_sealed(folder / "meta.json")
             values = np.load(folder / "values.npy", allow_pickle=False, mmap_mode="r" if self.mmap else None)
-            with np.load(folder / "index.npz", allow_pickle=False) as idx:
+            if values.dtype != np.float32 or list(values.shape) != list(meta["shape"]):
+                raise CorruptEntryError(f"values.npy holds {values.dtype} {values.shape}, meta.json says "
+                                        f"float32 {tuple(meta['shape'])}")
+            if checksum(values) != meta["checksums"]["values"]:
+                raise CorruptEntryError("values.npy does not match its checksum")
+            index_bytes = (folder / "index.npz").read_bytes()
+            if checksum(index_bytes) != meta["checksums"]["index"]:
+                raise CorruptEntryError("index.npz does not match its checksum")
+            with np.load(io.BytesIO(index_bytes), allow_pickle=False) as idx:
                 index = pd.MultiIndex(
                     levels=[pd.DatetimeIndex(idx["date_levels"]), pd.Index(idx["code_levels"].astype(str))],
                     codes=[idx["date_codes"], idx["code_codes"]],
                     names=["date", "code"],
                     verify_integrity=False,
                 )
-        except (OSError, ValueError, KeyError, EOFError) as exc:
-            log.warning("feature cache: entry %s is unreadable (%s); removed, it will be rebuilt", key, exc)
+            matrix = FeatureMatrix(values, list(meta["names"]), index, meta["fingerprint"])
+        except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+            log.warning("feature cache: entry %s is corrupt (%s); discarded, it will be rebuilt", key, exc)
             shutil.rmtree(folder, ignore_errors=True)
             return None
-        return FeatureMatrix(values, list(meta["names"]), index, meta["fingerprint"])
+        return matrix
 
     def store(self, matrix: FeatureMatrix, spec: FeatureSetSpec | None = None) -> Path:
         """Write ``matrix`` under its fingerprint (atomically); an existing entry is kept as is."""
@@ -99,7 +144,8 @@ class FeatureCache:
         tmp = self.directory / f"{_TMP_PREFIX}{matrix.fingerprint}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
         try:
-            np.save(tmp / "values.npy", np.ascontiguousarray(matrix.values), allow_pickle=False)
+            values = np.ascontiguousarray(matrix.values)
+            np.save(tmp / "values.npy", values, allow_pickle=False)
             index = matrix.index
             np.savez(
                 tmp / "index.npz",
@@ -114,9 +160,11 @@ class FeatureCache:
                 "shape": list(matrix.shape),
                 "feature_set": spec.name if spec else None,
                 "spec": spec.as_dict() if spec else None,
-                "created": datetime.now(timezone.utc).isoformat(),
+                "created": datetime.now(UTC).isoformat(),
+                "checksum_algorithm": CHECKSUM_ALGORITHM,
+                "checksums": {"values": checksum(values), "index": checksum((tmp / "index.npz").read_bytes())},
             }
-            (tmp / "meta.json").write_text(json.dumps(meta))
+            (tmp / "meta.json").write_text(json.dumps(_seal(meta)))
             try:
                 os.rename(tmp, final)
             except OSError:  # another process stored the same key first: theirs is identical

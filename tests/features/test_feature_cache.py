@@ -1,12 +1,15 @@
-"""The feature cache: hit, miss, invalidation, listing, clearing, atomic writes."""
+"""The feature cache: hit, miss, invalidation, listing, clearing, atomic writes, damaged entries."""
 
 from __future__ import annotations
+
+import json
+import logging
 
 import numpy as np
 import pytest
 
 import backtest.features.build as build_module
-from backtest.features import FeatureCache, FeatureSetSpec, load_or_build_features
+from backtest.features import FeatureCache, FeatureSetSpec, build_features, load_or_build_features
 
 SPEC = FeatureSetSpec(name="small", indicators=("ret_1d", "ret_5d", "mf_main_net_rate", "log_mv"))
 
@@ -41,10 +44,14 @@ def test_any_change_misses(panel, tmp_path, monkeypatch):
     assert not hit
     _, hit = load_or_build_features(panel, SPEC, tmp_path, data_fingerprint="d1", rows="all")  # other rows
     assert not hit
-    monkeypatch.setattr(build_module, "FEATURE_CODE_VERSION", "changed")  # other feature code
+    monkeypatch.setattr(build_module, "FEATURE_CODE_VERSION", "changed")  # feature code, by hand
     again, hit = load_or_build_features(panel, SPEC, tmp_path, data_fingerprint="d1")
     assert not hit and again.fingerprint != base.fingerprint
-    assert len(FeatureCache(tmp_path).entries()) == 5
+    real = build_module.code_fingerprint
+    monkeypatch.setattr(build_module, "code_fingerprint", lambda scope: real(scope) + "-edited")  # its source
+    edited, hit = load_or_build_features(panel, SPEC, tmp_path, data_fingerprint="d1")
+    assert not hit and edited.fingerprint not in (base.fingerprint, again.fingerprint)
+    assert len(FeatureCache(tmp_path).entries()) == 6
 
 
 def test_data_fingerprint_defaults_to_the_panel_content(panel, tmp_path):
@@ -109,3 +116,50 @@ def test_a_corrupt_entry_is_rebuilt(panel, tmp_path):
     assert not hit
     np.testing.assert_array_equal(again.values, matrix.values)
     assert load_or_build_features(panel, SPEC, tmp_path, data_fingerprint="d1")[1]
+
+
+def _damage(entry, matrix, how: str) -> None:
+    values = entry / "values.npy"
+    raw = values.read_bytes()
+    header = len(raw) - matrix.values.nbytes
+    if how == "junk values":  # the header kept: a float32 array of the right shape, other numbers
+        junk = np.random.default_rng(0).standard_normal(matrix.values.size).astype(np.float32)
+        values.write_bytes(raw[:header] + junk.tobytes())
+    elif how == "truncated values":
+        values.write_bytes(raw[: header + matrix.values.nbytes // 2])
+    elif how == "junk index":
+        index = entry / "index.npz"
+        index.write_bytes(np.random.default_rng(0).bytes(index.stat().st_size))
+    elif how == "columns renamed":  # meta.json of the same size naming the columns in another order
+        meta = json.loads((entry / "meta.json").read_text())
+        meta["names"] = meta["names"][::-1]
+        (entry / "meta.json").write_text(json.dumps(meta))
+    elif how == "no checksums":  # an entry written before checksums
+        meta = json.loads((entry / "meta.json").read_text())
+        (entry / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if "checksum" not in k}))
+
+
+@pytest.mark.parametrize("how", ["junk values", "truncated values", "junk index", "columns renamed", "no checksums"])
+def test_a_damaged_entry_is_discarded_with_one_warning_and_rebuilt(how, panel, tmp_path, caplog):
+    stored, _ = load_or_build_features(panel, SPEC, tmp_path, data_fingerprint="d1")
+    size = (tmp_path / stored.fingerprint / "values.npy").stat().st_size
+    _damage(tmp_path / stored.fingerprint, stored, how)
+    if how == "junk values":
+        assert (tmp_path / stored.fingerprint / "values.npy").stat().st_size == size
+    with caplog.at_level(logging.WARNING, logger="backtest.features"):
+        again, hit = load_or_build_features(panel, SPEC, tmp_path, data_fingerprint="d1")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not hit
+    assert len(warnings) == 1 and "corrupt" in warnings[0] and stored.fingerprint in warnings[0]
+    fresh = build_features(panel, SPEC, data_fingerprint="d1")
+    assert again.names == fresh.names and again.index.equals(fresh.index)
+    assert again.values.tobytes() == fresh.values.tobytes()
+    reread, hit = load_or_build_features(panel, SPEC, tmp_path, data_fingerprint="d1")
+    assert hit and reread.values.tobytes() == fresh.values.tobytes()  # stored again, whole
+
+
+def test_a_memory_mapped_load_checks_the_values_too(panel, tmp_path):
+    stored, _ = load_or_build_features(panel, SPEC, tmp_path, data_fingerprint="d1")
+    _damage(tmp_path / stored.fingerprint, stored, "junk values")
+    assert FeatureCache(tmp_path, mmap=True).load(stored.fingerprint) is None
+    assert not (tmp_path / stored.fingerprint).exists()
