@@ -76,6 +76,24 @@ Benchmark
 ---------
 An equal-weight book of all eligible stocks (in the universe on ``t`` and with a finite score),
 rebalanced on the same dates under the same tradability rules, costs and accounting.
+
+Days the book is not what the strategy chose
+---------------------------------------------
+``PortfolioResult.blocked_days`` flags each return day on which the book differs from the picks: the
+day belongs to a holding period whose rebalance had a blocked name (a ranked pick not bought, a holding
+not sold or reduced; see ``blocked``), or a holding does not trade that day, so that its mark is stale
+(suspended, no row, delisted). ``days_blocked`` counts them and ``rebalances_blocked`` counts the
+rebalances with a blocked name; the engine reports both as metrics. A high count means the returns
+are partly those of a book nobody could hold.
+
+Before any work (:func:`check_universe`)
+----------------------------------------
+A test period the top-k book cannot trade in is refused: fewer than 2 members on the median test day
+(nothing to rank), ``top_k`` at least the median number of members per test day (the strategy would
+hold the whole universe, the benchmark), or no test day on which a member trades (the returns would be
+stale marks). The median, not the minimum: a few thin days (a data gap, a reconstitution) should not
+refuse a study whose universe is normally large; on those days the book holds what there is, and the
+number of days with fewer members than ``top_k`` is logged.
 """
 
 from __future__ import annotations
@@ -88,7 +106,7 @@ import numpy as np
 import pandas as pd
 
 from backtest.data.panel import WideGrid, adjusted_price
-from backtest.data.tradability import Tradability, carry_forward
+from backtest.data.tradability import Tradability, carry_forward, eligible, trading
 from backtest.errors import ConfigError, DataContractError, preview
 from backtest.metrics import PERIODS_PER_YEAR
 
@@ -187,6 +205,9 @@ class PortfolioResult:
         ``n_days``, ``strategy`` and ``benchmark`` (compounded net returns of the period),
         ``excess``, ``turnover``, ``cost``, ``benchmark_turnover``, ``benchmark_cost``,
         ``n_holdings``.
+    blocked_days : bool Series indexed by date (same index as ``returns``)
+        True on a return day of a period whose rebalance had a blocked name, or on which a holding does
+        not trade (its mark is stale). ``days_blocked`` and ``rebalances_blocked`` count them.
     spec : PortfolioSpec
     """
 
@@ -198,7 +219,18 @@ class PortfolioResult:
     turnover: pd.Series
     rebalance_dates: pd.DatetimeIndex
     periods: pd.DataFrame
+    blocked_days: pd.Series
     spec: PortfolioSpec = field(repr=False)
+
+    @property
+    def days_blocked(self) -> int:
+        """Return days on which the book is not what the strategy chose (see ``blocked_days``)."""
+        return int(self.blocked_days.sum())
+
+    @property
+    def rebalances_blocked(self) -> int:
+        """Rebalances with at least one blocked name (a pick not bought, a holding not sold)."""
+        return int(self.blocked["decision_date"].nunique())
 
     @property
     def annual_turnover(self) -> float:
@@ -365,6 +397,8 @@ class _Book:
     trades: list[tuple] = field(default_factory=list)
     blocked: list[tuple] = field(default_factory=list)
     positions: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+    rebalance_blocked: list[bool] = field(default_factory=list)  # per rebalance: a name was blocked
+    blocked_days: list[np.ndarray] = field(default_factory=list)  # per period: (days,) bool
 
 
 def _rebalance(
@@ -450,8 +484,10 @@ def _rebalance(
     if record:
         wish = target.copy()
         wish[picks[fixed]] = wished[fixed]
+        n_blocked = len(book.blocked)
         _record(book, market, decision_row, exec_row, flags, spec, ranked, acceptable, len(picks), top_k,
                 holdings, post, wish, locked, cost)
+        book.rebalance_blocked.append(len(book.blocked) > n_blocked)
     return post, float(cost)
 
 
@@ -522,6 +558,8 @@ def _hold(
         weights = values * start_growth / start_value[:, None]  # (days, held)
         days = np.repeat(np.arange(start, end), len(cols))
         book.positions.append((days, np.tile(cols, end - start), weights.ravel()))
+        stale = (~market.rule.trading[start:end][:, cols]).any(axis=1)  # a holding without a fresh mark
+        book.blocked_days.append(stale | book.rebalance_blocked[-1])
     holdings = np.zeros_like(post)
     holdings[cols] = values * growth[-1] / value[-1]
     book.holdings = holdings
@@ -561,6 +599,82 @@ def _schedule(score_rows: np.ndarray, dates: pd.DatetimeIndex, every: int) -> li
             "execution day (decided on %s)", len(dropped), preview(dropped)
         )
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Before any work
+
+
+def check_universe(
+    panel: pd.DataFrame, spec: PortfolioSpec, test_period: tuple[pd.Timestamp, pd.Timestamp]
+) -> dict[str, float]:
+    """Refuse a test period that the top-k book cannot trade in; cheap, run it before any work.
+
+    Parameters
+    ----------
+    panel : DataFrame indexed by (date, code)
+        The canonical panel; uses ``in_universe`` (point-in-time members; every row when absent),
+        ``is_suspended`` / ``volume`` and the fill price (``open``, else ``close``), as :func:`simulate`.
+    spec : PortfolioSpec
+    test_period : (first, last) decision date, e.g. ``RollingSchedule.test_period(calendar)``.
+
+    Returns
+    -------
+    dict : ``median_members``, ``min_members`` (members per test day) and ``tradable_days`` (test days
+        on which a member trades), for the log.
+
+    Raises
+    ------
+    DataContractError
+        The test period holds no day of the panel, fewer than 2 members on the median test day
+        (nothing to rank), or no day on which a member trades (every member row suspended, zero
+        volume or without a price: the returns would be stale marks).
+    ConfigError
+        ``spec.top_k`` at least the median number of members per test day: the top-k book would be
+        the whole universe, i.e. the benchmark.
+    """
+    first, last = pd.Timestamp(test_period[0]), pd.Timestamp(test_period[1])
+    period = f"{first:%Y-%m-%d} .. {last:%Y-%m-%d}"
+    grid = WideGrid.of(panel)
+    rows = np.flatnonzero((grid.dates >= first) & (grid.dates <= last))
+    if len(rows) == 0:
+        raise DataContractError(
+            f"the test period {period} holds no day of the panel ({grid.dates[0]:%Y-%m-%d} .. "
+            f"{grid.dates[-1]:%Y-%m-%d})\n  fix: set backtest.test_start / backtest.test_end inside the data"
+        )
+    fill_field = "open" if "open" in panel.columns else "close"
+    fill = grid.to_wide(panel[fill_field].to_numpy(np.float64), dtype=np.float64)
+    member = eligible(panel, grid)[rows]
+    trades = trading(panel, grid, fill)[rows] & member
+    per_day = member.sum(axis=1)
+    median, least = float(np.median(per_day)), int(per_day.min())
+    tradable_days = int(trades.any(axis=1).sum())
+    if median < 2:
+        raise DataContractError(
+            f"a cross-sectional ranking needs at least 2 members per day; the test period {period} has "
+            f"{median:g} on the median day (min {least}, max {int(per_day.max())})\n"
+            "  fix: load the whole universe (every index member, with in_universe point in time), or move the "
+            "test period to where the data has one"
+        )
+    if spec.top_k >= median:
+        raise ConfigError(
+            f"portfolio.top_k={spec.top_k} is at least the eligible universe: {median:g} members on the median "
+            f"day of the test period {period} (min {least}); the top-k book would hold every member, which is "
+            f"the equal-weight benchmark\n  fix: portfolio.top_k={max(1, int(median) // 10)} (expected: below "
+            f"{median:g}), or a larger universe"
+        )
+    if tradable_days == 0:
+        raise DataContractError(
+            f"no member trades on any day of the test period {period}: all {int(member.sum())} member rows "
+            "are suspended, have zero volume or no price; the backtest would earn stale marks\n"
+            "  fix: move the test period (backtest.test_start / backtest.test_end) to days with trading, or "
+            "check the is_suspended and volume columns of the export"
+        )
+    thin = int((per_day <= spec.top_k).sum())
+    if thin:
+        logger.warning("%d of %d test days have at most top_k=%d members: the book holds every member then",
+                       thin, len(rows), spec.top_k)
+    return {"median_members": median, "min_members": float(least), "tradable_days": float(tradable_days)}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -665,9 +779,13 @@ def _result(
         columns=["date", "decision_date", "code", "side", "weight_before", "weight_after", "traded", "cost"],
     )
     blocked = pd.DataFrame(strategy.blocked, columns=["date", "decision_date", "code", "reason"])
+    blocked_days = pd.Series(np.concatenate(strategy.blocked_days), index=index, name="blocked")
     if len(blocked):
         counts = blocked["reason"].value_counts().to_dict()
         logger.info("blocked trades over %d rebalances: %s", len(schedule), counts)
+    if blocked_days.any():
+        logger.info("%d of %d return days hold a book other than the one chosen (blocked trades or stale "
+                       "marks of holdings that do not trade)", int(blocked_days.sum()), len(blocked_days))
     turnover = pd.Series(periods["turnover"].to_numpy(), index=periods.index, name="turnover")
     return PortfolioResult(
         returns=returns,
@@ -678,5 +796,6 @@ def _result(
         turnover=turnover,
         rebalance_dates=pd.DatetimeIndex(periods.index, name="decision_date"),
         periods=periods,
+        blocked_days=blocked_days,
         spec=spec,
     )

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backtest.errors import ConfigError, DataContractError
-from backtest.portfolio import PortfolioSpec, allocate, simulate
+from backtest.portfolio import PortfolioSpec, allocate, check_universe, simulate
 
 FREE = dict(commission=0.0, stamp_duty=0.0, slippage=0.0)
 OPENS = {
@@ -465,6 +465,80 @@ def test_scores_on_the_last_day_only_cannot_be_executed():
     panel = make_panel(OPENS)
     with pytest.raises(DataContractError, match="No rebalance can be executed"):
         simulate(make_scores(panel, {5: {"A": 1.0}}), panel)
+
+
+# --------------------------------------------------------------------------------------------------
+# Days the book is not what the strategy chose; universes the book cannot trade in
+
+
+def test_a_book_held_as_chosen_counts_no_blocked_day():
+    _, result = two_period_result()
+    assert result.days_blocked == 0 and result.rebalances_blocked == 0
+    assert not result.blocked_days.any() and result.blocked_days.index.equals(result.returns.index)
+
+
+def test_days_of_a_period_whose_holding_could_not_be_sold_count_as_blocked():
+    panel = make_panel(OPENS, suspended={(3, "A"), (4, "A")})  # A held, suspended on d3 and d4
+    scores = make_scores(panel, {0: {"A": 3, "B": 2, "C": 1}, 2: {"A": 1, "B": 2, "C": 3}})
+    result = simulate(scores, panel, PortfolioSpec(top_k=2, rebalance_every=1, **FREE))
+    # The d3 rebalance cannot sell A: its period (d3, d4) is not the book chosen, and A's marks are stale.
+    assert result.blocked_days.tolist() == [False, False, True, True]
+    assert result.days_blocked == 2 and result.rebalances_blocked == 1
+
+
+def test_a_stale_mark_between_rebalances_counts_as_a_blocked_day():
+    panel = make_panel(OPENS, suspended={(2, "B")})  # B bought on d1, suspended on d2 only
+    result = simulate(make_scores(panel, {0: {"A": 3, "B": 2, "C": 1}}), panel, PortfolioSpec(top_k=2, **FREE))
+    assert result.blocked_days.tolist() == [False, True, False, False]
+    assert result.days_blocked == 1 and result.rebalances_blocked == 0
+
+
+def test_a_market_that_stops_trading_blocks_every_later_day():
+    everything = {(i, code) for i in range(2, 6) for code in OPENS}  # nobody trades from d2 on
+    panel = make_panel(OPENS, suspended=everything)
+    result = simulate(make_scores(panel, {0: {"A": 3, "B": 2, "C": 1}}), panel, PortfolioSpec(top_k=2, **FREE))
+    np.testing.assert_allclose(result.returns.iloc[1:], 0.0)  # stale marks earn nothing, silently
+    assert result.blocked_days.tolist() == [False, True, True, True] and result.days_blocked == 3
+
+
+def test_a_test_period_without_trading_is_refused_naming_the_period():
+    everything = {(i, code) for i in range(2, 6) for code in OPENS}
+    panel = make_panel(OPENS, suspended=everything)
+    with pytest.raises(DataContractError) as info:
+        check_universe(panel, PortfolioSpec(top_k=1), (day(panel, 2), day(panel, 5)))
+    message = str(info.value)
+    assert "no member trades on any day of the test period 2024-01-10 .. 2024-01-15" in message and "fix:" in message
+    # Zero volume without a flag is the same fact.
+    zero = make_panel(OPENS).drop(columns=["is_suspended"]).assign(volume=1e5)
+    zero.loc[zero.index.get_level_values(0) >= day(zero, 2), "volume"] = 0.0
+    with pytest.raises(DataContractError, match="no member trades"):
+        check_universe(zero, PortfolioSpec(top_k=1), (day(zero, 2), day(zero, 5)))
+    check_universe(zero, PortfolioSpec(top_k=1), (day(zero, 0), day(zero, 5)))  # two days trade: accepted
+
+
+def test_top_k_at_least_the_universe_is_refused():
+    panel = make_panel(OPENS)  # 3 members every day
+    with pytest.raises(ConfigError) as info:
+        check_universe(panel, PortfolioSpec(top_k=3), (day(panel, 0), day(panel, 5)))
+    message = str(info.value)
+    assert "portfolio.top_k=3 is at least the eligible universe: 3 members on the median day" in message
+    assert "fix: portfolio.top_k=1" in message
+    stats = check_universe(panel, PortfolioSpec(top_k=2), (day(panel, 0), day(panel, 5)))
+    assert stats == {"median_members": 3.0, "min_members": 3.0, "tradable_days": 6.0}
+
+
+def test_top_k_is_checked_against_point_in_time_members_on_the_median_test_day():
+    # C leaves the index on d3: 3, 3, 3, 2, 2, 2 members; the test period d2..d5 has a median of 2.
+    panel = make_panel(OPENS, out_of_universe={(i, "C") for i in range(3, 6)})
+    with pytest.raises(ConfigError, match=r"2 members on the median day .* \(min 2\)"):
+        check_universe(panel, PortfolioSpec(top_k=2), (day(panel, 3), day(panel, 5)))
+    check_universe(panel, PortfolioSpec(top_k=2), (day(panel, 0), day(panel, 3)))  # median 3
+
+
+def test_a_universe_of_one_member_is_refused():
+    panel = make_panel(OPENS, out_of_universe={(i, c) for i in range(6) for c in ("B", "C")})
+    with pytest.raises(DataContractError, match="needs at least 2 members per day.*has 1 on the median day"):
+        check_universe(panel, PortfolioSpec(top_k=1), (day(panel, 0), day(panel, 5)))
 
 
 # --------------------------------------------------------------------------------------------------
