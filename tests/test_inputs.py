@@ -260,8 +260,7 @@ def test_the_server_check_logs_in_with_the_uri_credentials(login_server: str, mo
         _check_server(resolve_tracking_uri(f"http://bob:wrong@{login_server}", "/tmp"))
 
 
-@pytest.mark.parametrize("override", ["+data.token=abc123secret", "tracking.password=abc123secret",
-                                      "tracking.uri=postgresql://bob:abc123secret@db/mlflow"])
+@pytest.mark.parametrize("override", ["+data.token=abc123secret", "tracking.uri=postgresql://bob:abc123secret@db/mlflow"])
 def test_a_secret_override_is_refused_before_hydra_writes_it(tmp_path: Path, override: str) -> None:
     proc = _cli([override, f"tracking.uri=sqlite:///{tmp_path / 'x.db'}"] if "tracking.uri" not in override
                 else [override], tmp_path)
@@ -273,8 +272,11 @@ def test_a_secret_override_is_refused_before_hydra_writes_it(tmp_path: Path, ove
 
 
 def test_a_secret_read_from_the_environment_is_not_refused() -> None:
-    argv = ["+data.token=${oc.env:MY_TOKEN}", "data.path=/home/u/pass=1/p.csv"]
+    argv = ["+data.token=${oc.env:MY_TOKEN}", "data.path=/home/u/pass=1/p.csv", "seed=1"]
     assert cli._keep_secrets_off_the_command_line(argv) == (argv, None)
+    for secret in ("tracking.password=x", "++db.pwd=x", "+tushare.api_key=x", "tracking.uri=http://h/?token=x"):
+        _, refused = cli._keep_secrets_off_the_command_line([secret])
+        assert isinstance(refused, ConfigError) and "environment" in str(refused), secret
 
 
 # --------------------------------------------------------------------------------------------------
