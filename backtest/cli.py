@@ -297,7 +297,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     data_fp = panel_fingerprint(panel)
     log.info("panel loaded in %.1f s\n%s", time.perf_counter() - t0, summarize_panel(panel, data_fp))
     # Labels and folds next: a schedule the data cannot serve is refused before the store is touched.
-    plan = plan_backtest(panel, label=label_spec, schedule=schedule)
+    plan = plan_backtest(panel, label=label_spec, schedule=schedule, portfolio=portfolio_spec)
 
     config = OmegaConf.to_container(cfg, resolve=True)
     tags = {"leak_demo": str(leak_demo).lower(), "config_key": config_key(config)}
@@ -331,6 +331,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         provenance = Provenance(
             data_fingerprint=data_fp, feature_fingerprint=result.features.fingerprint,
             leak_guard=result.leak_guard, feature_audit=result.feature_audit, leak_demo=leak_demo,
+            code_fingerprint=result.code_fingerprint,
         )
         try:
             if progress.lost is not None:

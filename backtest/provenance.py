@@ -73,6 +73,7 @@ class Provenance:
     leak_guard : ``passed``, ``failed`` or ``disabled`` (purge / embargo from ``label_end``).
     feature_audit : ``passed``, ``failed`` or ``disabled`` (future-perturbation invariance of the features).
     leak_demo : the config declares this run a leakage demonstration (tag ``leak_demo``).
+    code_fingerprint : :func:`code_fingerprint` of the process that computed the result.
     """
 
     data_fingerprint: str
@@ -80,6 +81,7 @@ class Provenance:
     leak_guard: GuardStatus
     feature_audit: GuardStatus
     leak_demo: bool = False
+    code_fingerprint: str = ""
 
     def __post_init__(self) -> None:
         for name in ("leak_guard", "feature_audit"):
@@ -185,6 +187,7 @@ def provenance_tags(provenance: Provenance, project_dir: Path | str) -> dict[str
         "git_dirty": dirty,
         "data_fingerprint": provenance.data_fingerprint,
         "feature_fingerprint": provenance.feature_fingerprint,
+        "code_fingerprint": provenance.code_fingerprint,
         "leak_guard": provenance.leak_guard,
         "feature_audit": provenance.feature_audit,
         "comparable": _flag(provenance.comparable),

@@ -59,6 +59,13 @@ def record_backtest(run: TrackedRun, result: BacktestResult, *, provenance: Prov
             tearsheet=reports.tearsheet, plots=reports.plots, drift_report=reports.drift_report,
         )
         run.log_artifact(tmp, ARTIFACTS.reports)
+    tags = {
+        "resumed_folds": result.resumed_folds,  # folds taken from checkpoints...
+        "days_blocked": int(result.metrics.get("days_blocked", 0)),  # days the book was not the one chosen
+    }
+    if result.resumed_from:
+        tags["resumed_from"] = result.resumed_from  # ...made by this code fingerprint
+    run.set_tags(tags)
     run.log_provenance(provenance)
 
 

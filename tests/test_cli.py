@@ -55,8 +55,9 @@ def test_main_job_records_one_complete_run(tmp_path: Path, capsys, compose_confi
     assert len(history) >= out["metrics"]["n_folds"] - 1
     tags = run.data.tags
     assert tags["leak_guard"] == "passed" and tags["feature_audit"] == "passed" and tags["comparable"] == "true"
-    for key in ("git_commit", "git_dirty", "data_fingerprint", "feature_fingerprint"):
+    for key in ("git_commit", "git_dirty", "data_fingerprint", "feature_fingerprint", "code_fingerprint", "config_key"):
         assert tags[key]
+    assert tags["resumed_folds"] == "0" and int(tags["days_blocked"]) == out["metrics"]["days_blocked"]
     assert run.data.params["backtest.purge"] == "True" and run.data.params["seed"] == "42"
     artifacts = _all_artifacts(client, out["run_id"])
     for path in ("data/predictions.parquet", "data/positions.parquet", "data/daily_returns.parquet",

@@ -66,6 +66,8 @@ def summary_text(returns: pd.Series, benchmark: pd.Series, metrics: Mapping[str,
         f"{'win rate vs EW (periods)':28}{m.get('win_rate_vs_ew', nan):>12.1%}",
         f"{'excess annual return':28}{m.get('excess_ann_return', nan):>+12.2%}",
         f"{'turnover (annual)':28}{m.get('turnover', nan):>12.2f}",
+        f"{'days blocked':28}{m.get('days_blocked', nan):>12.0f}   (the book was not the one chosen: "
+        f"a pick not bought or a holding not sold, or a holding that did not trade)",
         "",
         f"rank IC {m.get('rank_ic_mean', nan):+.4f} (ICIR {m.get('icir', nan):+.3f}), "
         f"NDCG@{run.ndcg_depth} {m.get(f'ndcg_at_{run.ndcg_depth}', nan):.4f}; "
