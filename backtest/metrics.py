@@ -388,6 +388,8 @@ def sharpe_ci(
     std = samples.std(axis=1, ddof=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratios = np.where(std > 0, samples.mean(axis=1) / std * np.sqrt(periods_per_year), np.nan)
+    if not np.isfinite(ratios).any():  # every resample is flat (e.g. a book in cash throughout)
+        return float("nan"), float("nan")
     tail = (1.0 - confidence) / 2.0 * 100.0
     low, high = np.nanpercentile(ratios, [tail, 100.0 - tail])
     return float(low), float(high)
@@ -411,6 +413,14 @@ def _aligned(scores: pd.Series, labels: pd.Series, what: str) -> pd.DataFrame:
             "cover the same dates and codes."
         )
     return frame
+
+
+def _has_pairs(scores: pd.Series, labels: pd.Series) -> bool:
+    """Whether ``scores`` and ``labels`` share a (date, code) key with a value on both sides (True for
+    inputs of the wrong kind, so that :func:`_aligned` names the problem)."""
+    if not (isinstance(scores, pd.Series) and isinstance(labels, pd.Series)):
+        return True
+    return bool(len(pd.concat({"score": scores, "label": labels}, axis=1, join="inner").dropna()))
 
 
 def _daily_pearson(frame: pd.DataFrame) -> pd.Series:
@@ -703,9 +713,11 @@ def headline_metrics(
 
     Returns
     -------
-    dict[str, float] with every key of ``HEADLINE_KEYS`` (``ndcg_at_5`` there stands for ``ndcg_at_<ndcg_depth>``; NaN where the inputs were not given or the
-    value is undefined). Extras beyond DESIGN.md: ``win_rate_vs_ew_daily``, ``benchmark_ann_return``,
-    ``benchmark_sharpe``, ``sharpe_ci_low``, ``sharpe_ci_high``.
+    dict[str, float] with every key of ``HEADLINE_KEYS`` (``ndcg_at_5`` there stands for
+    ``ndcg_at_<ndcg_depth>``; NaN where the inputs were not given or the value is undefined, e.g. IC
+    and NDCG when no scored sample has a known label yet). Extras beyond DESIGN.md:
+    ``win_rate_vs_ew_daily``, ``benchmark_ann_return``, ``benchmark_sharpe``, ``sharpe_ci_low``,
+    ``sharpe_ci_high``.
     """
     _paired(strategy, benchmark)
     nan = float("nan")
@@ -726,14 +738,17 @@ def headline_metrics(
         rest = drop_best_months(strategy, n_months)
         out[f"sharpe_ex_best_{suffix}"] = sharpe(rest)
         out[f"ann_return_ex_best_{suffix}"] = ann_return(rest)
-    if scores is not None and labels is not None:
+    # A test period whose labels are not known yet (shorter than the label horizon) has no IC or NDCG:
+    # NaN, as documented, rather than the "no common key" error of the functions themselves.
+    if scores is not None and labels is not None and _has_pairs(scores, labels):
         out["ic_mean"] = ic_mean(scores, labels)
         out["rank_ic_mean"] = rank_ic_mean(scores, labels)
         out["icir"] = icir(scores, labels)
     else:
         out.update(ic_mean=nan, rank_ic_mean=nan, icir=nan)
     out[f"ndcg_at_{ndcg_depth}"] = (ndcg_at_k(scores, relevance, ndcg_depth, ndcg_gain)
-                                    if scores is not None and relevance is not None else nan)
+                                    if scores is not None and relevance is not None and _has_pairs(scores, relevance)
+                                    else nan)
     out["turnover"] = float(turnover) if turnover is not None else nan
     out["psr"] = psr(strategy)
     out["dsr"] = dsr(strategy, n_trials, trial_sharpe_var)
