@@ -39,7 +39,7 @@ import pandas as pd
 
 from backtest.checksum import CHECKSUM_ALGORITHM, checksum
 from backtest.errors import ConfigError, FeatureAuditError, InsufficientHistoryError
-from backtest.features.audit import AuditReport, audit_features
+from backtest.features.audit import AuditReport, audit_features, choose_cutoffs
 from backtest.features.build import FeatureMatrix, build_features
 from backtest.features.cache import CorruptEntryError, load_or_build_features
 from backtest.features.registry import FeatureRegistry
@@ -462,12 +462,15 @@ def _keep_by_gain(matrix: FeatureMatrix, relevance: pd.Series, processing: str, 
 
 
 def _audit_cutoffs(panel: pd.DataFrame, schedule: RollingSchedule, n: int) -> list[pd.Timestamp]:
-    """``n`` cutoff dates spread over the test period (its first day, evenly to near its end)."""
+    """The feature audit's cutoff days in the test period, for the cost of ``n`` lone cutoffs.
+
+    They are chosen to cover the positions a look-ahead can hide behind (month and week ends and
+    starts, inside and at the end of a suspension, a reconstitution day and its eve), in clusters of
+    neighbouring days that share their reference build (:func:`backtest.features.audit.choose_cutoffs`);
+    the run's ``AuditReport.covered`` says which positions were covered.
+    """
     calendar = pd.DatetimeIndex(panel.index.get_level_values(0).unique())
-    start, end = schedule.test_period(calendar)
-    test = calendar[(calendar >= start) & (calendar <= end)]
-    picks = np.unique(np.linspace(0, max(len(test) - 10, 0), num=n).astype(int))
-    return [test[i] for i in picks]
+    return choose_cutoffs(panel, n, period=schedule.test_period(calendar))
 
 
 # --- checkpoints -----------------------------------------------------------------------------------
