@@ -7,7 +7,8 @@ a few days at a time (``days_per_step``), so the full 4-D array never exists.
 
 Training: AdamW, linear warmup then cosine decay, gradient clipping, a listwise loss on the label's
 target (every processing: integer relevance levels, or raw returns / percentile ranks), early stopping on
-the validation tail (mean daily rank IC, or NDCG at ``ndcg_depth``), the best epoch's weights kept. Seeded: the same seed gives identical scores on CPU (deterministic algorithms are switched on for
+the validation tail (mean daily rank IC, or NDCG at ``ndcg_depth``), the best epoch's weights kept. Seeded:
+the same seed gives identical scores on CPU (deterministic algorithms are switched on for
 the duration of the fit; the global RNG state is restored afterwards).
 """
 

@@ -97,7 +97,9 @@ def test_overfits_a_tiny_training_set(make_ranking_data: Factory) -> None:
 
 
 @pytest.mark.parametrize("depth, gain", [(5, "linear"), (3, "exponential")])
-def test_early_stopping_follows_the_ndcg_the_headline_repeats(make_ranking_data: Factory, depth: int, gain: str) -> None:
+def test_early_stopping_follows_the_ndcg_the_headline_repeats(
+    make_ranking_data: Factory, depth: int, gain: str
+) -> None:
     data, _ = make_ranking_data(n_days=60, n_stocks=30, signal=0.5, seed=3)
     train, valid = data.take(np.arange(0, 40 * 30)), data.take(np.arange(45 * 30, 60 * 30))
     cfg = LambdaRankConfig(**{**SMALL, "num_boost_round": 60, "early_stopping_rounds": 5, "ndcg_depth": depth,
