@@ -15,9 +15,10 @@ import shutil
 import sys
 from pathlib import Path
 
+from backtest import PROJECT_DIR
 from backtest.features.cache import FeatureCache
 
-CACHE_DIR = Path(__file__).resolve().parents[1] / ".cache"
+CACHE_DIR = PROJECT_DIR / ".cache"
 
 
 def cache_paths(root: Path | str | None = None) -> tuple[Path, Path]:

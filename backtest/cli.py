@@ -42,7 +42,8 @@ from backtest.errors import BacktestError, ConfigError, FeatureAuditError, Leaka
 log = logging.getLogger("backtest")
 
 EXIT_USER_ERROR = 2
-PROJECT_DIR = Path(__file__).resolve().parents[1]
+from backtest import PROJECT_DIR  # noqa: E402  (re-exported: tests and callers read cli.PROJECT_DIR)
+
 CONF_DIR = str(PROJECT_DIR / "conf")
 
 ENV_PARENT = "RANKBACKTEST_PARENT_RUN_ID"

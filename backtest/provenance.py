@@ -60,7 +60,8 @@ CODE_SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]]
     ),
 }
 
-_PROJECT_DIR = Path(__file__).resolve().parents[1]
+from backtest import PROJECT_DIR as _PROJECT_DIR  # noqa: E402
+
 
 @dataclass(frozen=True)
 class Provenance:

@@ -93,7 +93,7 @@ def _copy_run(source: mlflow.MlflowClient, target: mlflow.MlflowClient, run, exp
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m backtest.tracking sync --to URI [--from URI]``."""
-    from backtest.cli import PROJECT_DIR
+    from backtest import PROJECT_DIR
 
     parser = argparse.ArgumentParser(prog="python -m backtest.tracking",
                                      description="Copy runs recorded in the fallback store to a tracking server.")
