@@ -1,0 +1,1003 @@
+"""The study report of a sweep: several backtest trials over one test period, compared honestly.
+
+A sweep tries variants of a configuration (an ablation, a grid) on the same test period. Picking the
+best of them overstates what the winner will do next: this report says how much, with three tools.
+
+- **Deflated Sharpe ratio** (:func:`backtest.metrics.dsr`) of every trial against the best Sharpe
+  expected from ``n_trials`` unskilled tries (failed trials count).
+- **Probability of backtest overfitting** (:func:`pbo_cscv`, combinatorially symmetric cross-validation
+  of Bailey, Borwein, Lopez de Prado & Zhu 2015): how often the trial that is best on one half of the
+  period ranks at or below the median on the other half.
+- **Paired comparison with a baseline** (:func:`paired_sharpe_difference`): the Sharpe difference of each
+  trial and the baseline with a stationary-bootstrap interval that resamples the same days for both.
+
+Everything here is a pure function of pandas objects: :func:`build_study_report` computes a
+:class:`StudyReport`, :func:`write_study_report` writes it as HTML (self-contained), markdown, CSV and
+PNG files named in :data:`STUDY_REPORT_FILES`.
+
+Conventions: daily simple returns, 252 periods per year, risk-free 0 (those of :mod:`backtest.metrics`).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import itertools
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from backtest import metrics as m
+from backtest.errors import DataContractError, preview
+from backtest.reports.drift import markdown_table
+from backtest.reports.plots import _BENCHMARK_COLOR, _STYLE, _save
+from backtest.reports.returns import wealth_curve
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "BENCHMARK_COLUMN",
+    "MAX_COMBINATIONS",
+    "MIN_BLOCK_DAYS",
+    "STUDY_REPORT_FILES",
+    "PBOResult",
+    "StudyReport",
+    "build_study_report",
+    "paired_sharpe_difference",
+    "pbo_cscv",
+    "write_study_report",
+]
+
+#: File names written by :func:`write_study_report` inside its folder.
+STUDY_REPORT_FILES: Mapping[str, str] = MappingProxyType(
+    {
+        "html": "study_report.html",  # self-contained: images embedded as base64
+        "markdown": "study_report.md",  # the same tables; images referenced by file name
+        "trials": "study_trials.csv",  # StudyReport.trials
+        "years": "study_years.csv",  # StudyReport.years
+        "pbo": "study_pbo.csv",  # one row per CSCV combination (header only when PBO was skipped)
+        "equity": "study_equity.png",  # equity curves of every trial and the equal-weight benchmark
+        "pbo_plot": "study_pbo.png",  # logit histogram and IS vs OOS Sharpe (not written without a PBO)
+    }
+)
+
+#: Name of the equal-weight benchmark's column in :attr:`StudyReport.returns`.
+BENCHMARK_COLUMN = "equal weight"
+
+#: Fewest trading days per CSCV block that :func:`build_study_report` accepts before it lowers
+#: ``n_blocks`` (about a month: shorter blocks cut the period into pieces too small to hold a regime).
+MIN_BLOCK_DAYS = 20
+
+#: Most CSCV combinations :func:`pbo_cscv` computes (``n_blocks`` up to 22: C(22, 11) = 705,432).
+MAX_COMBINATIONS = 1_000_000
+
+_VERDICT_BASELINE = "baseline"
+_VERDICT_BETTER = "better than baseline (interval above 0)"
+_VERDICT_WORSE = "worse than baseline (interval below 0)"
+_VERDICT_NONE = "no detectable difference (interval spans 0)"
+_VERDICT_UNDEFINED = "undetermined (a Sharpe ratio is undefined)"
+
+
+# --------------------------------------------------------------------------------------------------
+# Probability of backtest overfitting (CSCV)
+
+
+@dataclass(frozen=True)
+class PBOResult:
+    """Outcome of combinatorially symmetric cross-validation (:func:`pbo_cscv`).
+
+    The arrays hold one value per combination, in the order of
+    ``itertools.combinations(range(n_blocks), n_blocks // 2)`` (the in-sample blocks).
+
+    Attributes
+    ----------
+    pbo : fraction of combinations whose logit is <= 0 (the in-sample best trial at or below the
+        out-of-sample median).
+    logits : ``lambda = ln(omega / (1 - omega))``, float64 (n_combinations,).
+    n_blocks : ``S``, the number of contiguous blocks the period was cut into.
+    n_combinations : ``C(S, S/2)``.
+    best_is_oos_rank : ``omega``, the relative out-of-sample rank (in (0, 1)) of the in-sample best.
+    selected : position (column) of the in-sample best trial, int64 (n_combinations,).
+    is_performance, oos_performance : the metric of the in-sample best trial in and out of sample
+        (per-period Sharpe ratio by default, not annualised).
+    degradation_slope, degradation_intercept : least-squares line ``oos = intercept + slope * is``
+        through those pairs (NaN when the in-sample values do not vary). A slope well below 1 (often
+        negative) means in-sample excellence does not carry over.
+    prob_oos_loss : fraction of combinations whose in-sample best has a negative out-of-sample metric.
+    trials : trial names (the columns of the returns).
+    block_sizes : rows of each block, in time order.
+    """
+
+    pbo: float
+    logits: np.ndarray
+    n_blocks: int
+    n_combinations: int
+    best_is_oos_rank: np.ndarray
+    selected: np.ndarray
+    is_performance: np.ndarray
+    oos_performance: np.ndarray
+    degradation_slope: float
+    degradation_intercept: float
+    prob_oos_loss: float
+    trials: tuple[str, ...]
+    block_sizes: tuple[int, ...]
+
+    def selection_counts(self) -> pd.Series:
+        """How many combinations picked each trial as the in-sample best (every trial listed)."""
+        counts = np.bincount(self.selected, minlength=len(self.trials))
+        return pd.Series(counts, index=pd.Index(self.trials, name="trial"), name="selected_in_sample")
+
+    def combinations(self) -> pd.DataFrame:
+        """One row per combination: ``is_blocks`` (space-separated block numbers), ``selected`` (trial
+        name), ``is_metric``, ``oos_metric``, ``omega`` and ``logit``."""
+        half = self.n_blocks // 2
+        blocks = [" ".join(map(str, c)) for c in itertools.combinations(range(self.n_blocks), half)]
+        frame = pd.DataFrame(
+            {
+                "is_blocks": blocks,
+                "selected": np.asarray(self.trials, dtype=object)[self.selected],
+                "is_metric": self.is_performance,
+                "oos_metric": self.oos_performance,
+                "omega": self.best_is_oos_rank,
+                "logit": self.logits,
+            }
+        )
+        frame.index.name = "combination"
+        return frame
+
+
+def _check_n_blocks(n_blocks: object) -> int:
+    if isinstance(n_blocks, bool) or not isinstance(n_blocks, (int, np.integer)) or n_blocks < 2 or n_blocks % 2:
+        raise DataContractError(
+            f"CSCV: n_blocks must be an even integer >= 2 (the period is split into two halves of n_blocks / 2 "
+            f"blocks each); received {n_blocks!r}. The paper's default is 16."
+        )
+    n_combinations = math.comb(int(n_blocks), int(n_blocks) // 2)
+    if n_combinations > MAX_COMBINATIONS:
+        raise DataContractError(
+            f"CSCV: n_blocks={n_blocks} gives {n_combinations:,} combinations, more than the {MAX_COMBINATIONS:,} "
+            "computed here; use n_blocks <= 22 (16 is the paper's default)."
+        )
+    return int(n_blocks)
+
+
+def _block_bounds(n_rows: int, n_blocks: int) -> np.ndarray:
+    """Start row of each block and the end: ``numpy.array_split``'s rule (the first ``n_rows % n_blocks``
+    blocks get one row more)."""
+    sizes = np.full(n_blocks, n_rows // n_blocks)
+    sizes[: n_rows % n_blocks] += 1
+    return np.r_[0, np.cumsum(sizes)]
+
+
+def _combination_matrix(n_blocks: int) -> np.ndarray:
+    """0/1 float matrix (C(S, S/2), S): row c marks the in-sample blocks of combination c."""
+    half = n_blocks // 2
+    chosen = np.fromiter(
+        itertools.chain.from_iterable(itertools.combinations(range(n_blocks), half)), dtype=np.int64
+    ).reshape(-1, half)
+    matrix = np.zeros((len(chosen), n_blocks))
+    np.put_along_axis(matrix, chosen, 1.0, axis=1)
+    return matrix
+
+
+def _sharpe_from_sums(total: np.ndarray, centred: np.ndarray, centred_sq: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Per-period Sharpe ``mean / std(ddof=1)`` from sums over the rows of each (combination, trial).
+
+    ``total`` sums the raw returns (an all-zero half has mean exactly 0), ``centred`` and ``centred_sq``
+    the returns minus their column mean over the whole period and their squares (the variance from
+    them loses no precision to a large mean). A half whose variance is zero up to rounding is flat: its
+    Sharpe is +inf / -inf by the sign of its mean, 0 for a zero mean.
+    """
+    n = n[:, None]
+    mean = total / n
+    var = (centred_sq - centred**2 / n) / (n - 1)
+    flat = var <= 1e-12 * centred_sq / n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = mean / np.sqrt(np.where(flat, 1.0, var))
+    return np.where(mean == 0, 0.0, np.where(flat, np.copysign(np.inf, mean), ratio))
+
+
+def pbo_cscv(
+    returns: pd.DataFrame,
+    n_blocks: int = 16,
+    metric: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> PBOResult:
+    """Probability of backtest overfitting by combinatorially symmetric cross-validation (CSCV).
+
+    Bailey, Borwein, Lopez de Prado & Zhu (2015), "The probability of backtest overfitting":
+
+    1. ``M`` is the (T days x N trials) matrix of daily returns. Its rows are cut into ``S = n_blocks``
+       contiguous blocks of near-equal size: when ``T`` is not a multiple of ``S`` the first ``T mod S``
+       blocks get one row more (``numpy.array_split``), so no day is dropped and the two halves of a
+       split differ by at most ``S / 2`` rows.
+    2. For each of the ``C(S, S/2)`` combinations of ``S/2`` blocks: in-sample (IS) = their rows,
+       out-of-sample (OOS) = the other blocks' rows.
+    3. The metric of every trial on IS and on OOS (default: per-period Sharpe ``mean / std(ddof=1)``
+       per column; annualising would not change a rank). ``n*`` = the IS best (on a tie the first
+       column).
+    4. ``omega`` = rank of ``n*`` among the N OOS values / (N + 1), rank 1 = worst and N = best, ties
+       get their average rank (``scipy.stats.rankdata(method="average")``); ``lambda = ln(omega / (1 -
+       omega))``.
+    5. ``PBO`` = fraction of combinations with ``lambda <= 0``: the mass of the logit distribution at
+       and below 0 (the paper's integral up to 0). ``lambda = 0`` (``n*`` exactly at the OOS median,
+       possible for an odd N or with ties) counts as overfit: selecting it did no better than chance.
+
+    PBO near 0: the in-sample winner stays above the median out of sample; near 0.5: choosing by
+    in-sample performance is as good as picking at random; above 0.5: the selection prefers trials that
+    do worse than the others out of sample (overfitting to noise or to a regime).
+
+    Parameters
+    ----------
+    returns : DataFrame, dates x trials
+        Daily returns of each trial (column) on common dates, no NaN (align the trials on their common
+        dates first: ``returns.dropna()``).
+    n_blocks : even int >= 2, default 16 (the paper's)
+        ``S``. Every split uses half of the rows in sample whatever ``S`` is; ``S`` sets how many distinct
+        splits there are (``C(S, S/2)``: 2 for S=2, 70 for 8, 12,870 for 16) and how fine they are. More
+        blocks give a smoother PBO estimate but shorter blocks, which interleave IS and OOS so finely that
+        both halves sample the same regimes (and daily autocorrelation leaks across block edges): the
+        two halves look alike and overfitting to a regime goes unseen. Keep blocks at least about a month
+        long (:func:`build_study_report` lowers ``S`` for short periods). At most 22.
+    metric : callable, optional
+        Performance of every trial on a set of rows: takes a (rows x N) float array and returns N values,
+        higher is better; NaN counts as the worst value. Default: per-period Sharpe, vectorised over all
+        combinations (sums per block, then a 0/1 combination matrix product); a custom metric is called
+        twice per combination.
+
+    Returns
+    -------
+    PBOResult
+
+    Raises
+    ------
+    DataContractError : fewer than 2 trials, odd or < 2 ``n_blocks``, fewer rows than blocks (or fewer
+        than 4 rows), NaN or infinite returns.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> noise = pd.DataFrame(rng.normal(0.0, 0.01, size=(400, 4)), columns=list("abcd"))
+    >>> skilled = noise.assign(a=noise["a"] + 0.01)  # trial a earns 1% a day more
+    >>> result = pbo_cscv(skilled, n_blocks=8)
+    >>> result.pbo, result.n_combinations, float(result.best_is_oos_rank[0])  # a: OOS best, 4 / 5
+    (0.0, 70, 0.8)
+    """
+    if not isinstance(returns, pd.DataFrame):
+        raise DataContractError(
+            f"CSCV: returns must be a DataFrame of daily returns, dates x trials; received {type(returns).__name__}."
+        )
+    n_blocks = _check_n_blocks(n_blocks)
+    n_rows, n_trials = returns.shape
+    if n_trials < 2:
+        raise DataContractError(
+            f"CSCV needs at least 2 trials (columns) to select among; received {n_trials}. The probability of "
+            "backtest overfitting is undefined for a single trial."
+        )
+    if n_rows < max(n_blocks, 4):
+        raise DataContractError(
+            f"CSCV: {n_rows} rows cannot be cut into {n_blocks} blocks (each block needs a row and each half "
+            f"two); use fewer blocks or a longer period."
+        )
+    values = returns.to_numpy(np.float64)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        rows = returns.index[bad.any(axis=1)]
+        raise DataContractError(
+            f"CSCV: returns hold {int(bad.sum())} NaN/inf values on {len(rows)} dates ({preview(rows, 3)}). Align "
+            "the trials on their common dates first (returns.dropna()), or fill days without positions with 0."
+        )
+    bounds = _block_bounds(n_rows, n_blocks)
+    combos = _combination_matrix(n_blocks)  # (C, S)
+    if metric is None:
+        centred = values - values.mean(axis=0)
+        block_total = np.add.reduceat(values, bounds[:-1], axis=0)  # (S, N)
+        block_centred = np.add.reduceat(centred, bounds[:-1], axis=0)
+        block_sq = np.add.reduceat(centred**2, bounds[:-1], axis=0)
+        block_rows = np.diff(bounds).astype(np.float64)
+        in_total, in_centred, in_sq = combos @ block_total, combos @ block_centred, combos @ block_sq
+        in_rows = combos @ block_rows
+        is_perf = _sharpe_from_sums(in_total, in_centred, in_sq, in_rows)
+        oos_perf = _sharpe_from_sums(
+            block_total.sum(axis=0) - in_total,
+            block_centred.sum(axis=0) - in_centred,
+            block_sq.sum(axis=0) - in_sq,
+            n_rows - in_rows,
+        )
+    else:
+        row_block = np.repeat(np.arange(n_blocks), np.diff(bounds))
+        is_perf = np.empty((len(combos), n_trials))
+        oos_perf = np.empty((len(combos), n_trials))
+        for c, chosen in enumerate(combos.astype(bool)):
+            in_sample = chosen[row_block]
+            for out, rows in ((is_perf, in_sample), (oos_perf, ~in_sample)):
+                value = np.asarray(metric(values[rows]), dtype=np.float64)
+                if value.shape != (n_trials,):
+                    raise DataContractError(
+                        f"CSCV: the metric must return one value per trial, shape ({n_trials},); returned "
+                        f"shape {value.shape}."
+                    )
+                out[c] = value
+    is_perf = np.where(np.isnan(is_perf), -np.inf, is_perf)
+    oos_perf = np.where(np.isnan(oos_perf), -np.inf, oos_perf)
+
+    selected = np.argmax(is_perf, axis=1)
+    picked = np.arange(len(combos))
+    chosen_oos = oos_perf[picked, selected]
+    below = (oos_perf < chosen_oos[:, None]).sum(axis=1)
+    tied = (oos_perf == chosen_oos[:, None]).sum(axis=1)  # the selected trial included
+    rank = below + (tied + 1) / 2.0  # average rank, 1 = worst
+    omega = rank / (n_trials + 1)
+    logits = np.log(omega / (1.0 - omega))
+
+    chosen_is = is_perf[picked, selected]
+    finite = np.isfinite(chosen_is) & np.isfinite(chosen_oos)
+    slope = intercept = float("nan")
+    if finite.sum() >= 2 and np.ptp(chosen_is[finite]) > 0:
+        slope, intercept = (float(v) for v in np.polyfit(chosen_is[finite], chosen_oos[finite], 1))
+    return PBOResult(
+        pbo=float(np.mean(logits <= 0.0)),
+        logits=logits,
+        n_blocks=n_blocks,
+        n_combinations=len(combos),
+        best_is_oos_rank=omega,
+        selected=selected.astype(np.int64),
+        is_performance=chosen_is,
+        oos_performance=chosen_oos,
+        degradation_slope=slope,
+        degradation_intercept=intercept,
+        prob_oos_loss=float(np.mean(chosen_oos < 0.0)),
+        trials=tuple(str(c) for c in returns.columns),
+        block_sizes=tuple(int(s) for s in np.diff(bounds)),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Paired comparison with a baseline
+
+
+def paired_sharpe_difference(
+    returns: pd.Series,
+    baseline: pd.Series,
+    rng: np.random.Generator,
+    n_boot: int = 1000,
+    block_length: float = m.DEFAULT_BLOCK_LENGTH,
+    confidence: float = 0.95,
+) -> tuple[float, float, float]:
+    """Annualised ``sharpe(returns) - sharpe(baseline)`` and its paired bootstrap percentile interval.
+
+    Every resample draws one set of day indices (:func:`backtest.metrics.stationary_bootstrap_indices`,
+    blocks of mean ``block_length`` days) and applies it to both series, so the noise they share (the
+    market of the same days) cancels out of the difference: the interval is far narrower than the two
+    Sharpe intervals side by side.
+
+    Parameters
+    ----------
+    returns, baseline : Series of daily returns indexed by the same dates
+        Different dates are refused (a difference of Sharpe ratios over different periods measures the
+        periods, not the strategies); align them first: ``returns.align(baseline, join="inner")``.
+    rng : seeded numpy Generator (reproducible interval).
+    n_boot, block_length, confidence : as :func:`backtest.metrics.sharpe_ci`.
+
+    Returns
+    -------
+    (difference, low, high) : floats; NaN where a Sharpe ratio is undefined (fewer than 2 days, flat).
+    Resamples in which either series is flat are left out of the percentiles.
+
+    Examples
+    --------
+    >>> days = pd.bdate_range("2024-01-01", periods=4)
+    >>> a = pd.Series([0.01, -0.01, 0.02, 0.0], index=days)
+    >>> paired_sharpe_difference(a, a, np.random.default_rng(0))
+    (0.0, 0.0, 0.0)
+    """
+    for name, series in (("returns", returns), ("baseline", baseline)):
+        if not isinstance(series, pd.Series):
+            raise DataContractError(
+                f"paired Sharpe difference: {name} must be a Series of daily returns indexed by date; received "
+                f"{type(series).__name__}."
+            )
+    if not returns.index.equals(baseline.index):
+        only_returns = returns.index.difference(baseline.index)
+        only_baseline = baseline.index.difference(returns.index)
+        raise DataContractError(
+            "paired Sharpe difference: returns and baseline must cover the same dates in the same order; dates "
+            f"only in returns: {len(only_returns)} ({preview(only_returns, 3)}), only in baseline: "
+            f"{len(only_baseline)} ({preview(only_baseline, 3)}). Fix: returns.align(baseline, join='inner')."
+        )
+    if not 0.0 < confidence < 1.0:
+        raise DataContractError(f"paired Sharpe difference: confidence must be in (0, 1); received {confidence}.")
+    difference = m.sharpe(returns) - m.sharpe(baseline)  # also validates the values
+    nan = float("nan")
+    if not np.isfinite(difference):
+        return nan, nan, nan
+    idx = m.stationary_bootstrap_indices(len(returns), n_boot, rng, block_length)
+    diffs = _resampled_sharpe(returns.to_numpy(np.float64)[idx]) - _resampled_sharpe(
+        baseline.to_numpy(np.float64)[idx]
+    )
+    if not np.isfinite(diffs).any():
+        return float(difference), nan, nan
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    low, high = np.nanpercentile(diffs, [tail, 100.0 - tail])
+    return float(difference), float(low), float(high)
+
+
+def _resampled_sharpe(samples: np.ndarray) -> np.ndarray:
+    """Annualised Sharpe of each row of (n_boot, n) resamples; NaN for a flat row."""
+    std = samples.std(axis=1, ddof=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(std > 0, samples.mean(axis=1) / std * np.sqrt(m.PERIODS_PER_YEAR), np.nan)
+
+
+def _verdict(low: float, high: float) -> str:
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return _VERDICT_UNDEFINED
+    if low > 0:
+        return _VERDICT_BETTER
+    if high < 0:
+        return _VERDICT_WORSE
+    return _VERDICT_NONE
+
+
+# --------------------------------------------------------------------------------------------------
+# The study report
+
+
+@dataclass(frozen=True)
+class StudyReport:
+    """A sweep's trials compared on their common test period (:func:`build_study_report`).
+
+    Attributes
+    ----------
+    title : report title.
+    trials : one row per trial (index ``trial``, in the column order of the returns): ``sharpe``,
+        ``sharpe_ci_low`` / ``sharpe_ci_high`` (stationary bootstrap), ``ann_return``, ``max_drawdown``,
+        ``sharpe_ex_best_month``, ``ann_return_ex_best_month``, ``sharpe_ex_best_3_months``,
+        ``ann_return_ex_best_3_months``, ``rank_ic_mean`` and ``turnover`` (from ``trial_metrics``, else
+        NaN), ``psr``, ``dsr`` (study-wide: ``n_trials`` and the variance of the trials' Sharpes),
+        ``diff_vs_baseline`` (annualised Sharpe difference), ``diff_ci_low`` / ``diff_ci_high`` (paired
+        bootstrap), ``verdict``, then the config columns of ``trial_metrics`` that differ between trials.
+    years : one row per (``year``, ``series``) for every trial and the benchmark (:data:`BENCHMARK_COLUMN`):
+        ``n_days``, ``return`` (compounded over the year), ``excess_return`` (minus the benchmark's),
+        ``sharpe``, ``max_drawdown`` (within the year).
+    returns : aligned daily returns, the trials then the benchmark column :data:`BENCHMARK_COLUMN`.
+    pbo : :func:`pbo_cscv` of the trials, or None (fewer than 2 trials, or a period too short: see notes).
+    n_trials : trials counted for the DSR (failed trials included).
+    baseline : name of the baseline trial.
+    expected_max_sharpe : annualised Sharpe expected from the best of ``n_trials`` unskilled trials.
+    trial_sharpe_var : variance (ddof=1) of the trials' annualised Sharpe ratios (0 for one trial).
+    notes : what the report changed or skipped (dates dropped by alignment, blocks reduced, PBO skipped).
+    """
+
+    title: str
+    trials: pd.DataFrame
+    years: pd.DataFrame
+    returns: pd.DataFrame
+    pbo: PBOResult | None
+    n_trials: int
+    baseline: str
+    expected_max_sharpe: float
+    trial_sharpe_var: float
+    notes: tuple[str, ...]
+
+    @property
+    def trial_names(self) -> list[str]:
+        """The trials, in order (the columns of :attr:`returns` without the benchmark)."""
+        return [c for c in self.returns.columns if c != BENCHMARK_COLUMN]
+
+    @property
+    def best_trial(self) -> str:
+        """The trial with the highest Sharpe ratio (the first on a tie; the baseline if none is defined)."""
+        sharpes = self.trials["sharpe"]
+        return str(sharpes.idxmax()) if sharpes.notna().any() else self.baseline
+
+
+#: Columns of :attr:`StudyReport.trials` computed here (``trial_metrics`` supplies the rest).
+_TRIAL_COLUMNS = (
+    "sharpe",
+    "sharpe_ci_low",
+    "sharpe_ci_high",
+    "ann_return",
+    "max_drawdown",
+    "sharpe_ex_best_month",
+    "ann_return_ex_best_month",
+    "sharpe_ex_best_3_months",
+    "ann_return_ex_best_3_months",
+    "rank_ic_mean",
+    "turnover",
+    "psr",
+    "dsr",
+    "diff_vs_baseline",
+    "diff_ci_low",
+    "diff_ci_high",
+    "verdict",
+)
+_FROM_TRIAL_METRICS = ("rank_ic_mean", "turnover")
+
+
+def _aligned_returns(returns: pd.DataFrame, benchmark: pd.Series, notes: list[str]) -> pd.DataFrame:
+    if not isinstance(returns, pd.DataFrame):
+        raise DataContractError(
+            f"study report: returns must be a DataFrame of daily returns, dates x trials; received "
+            f"{type(returns).__name__}."
+        )
+    if returns.shape[1] == 0:
+        raise DataContractError("study report: returns has no trial (column); expected one column per trial.")
+    if not isinstance(benchmark, pd.Series):
+        raise DataContractError(
+            f"study report: benchmark must be a Series of the equal-weight daily returns; received "
+            f"{type(benchmark).__name__}."
+        )
+    for name, index in (("returns", returns.index), ("benchmark", benchmark.index)):
+        if not isinstance(index, pd.DatetimeIndex):
+            raise DataContractError(
+                f"study report: {name} must be indexed by a DatetimeIndex; received {type(index).__name__}."
+            )
+        if index.has_duplicates:
+            raise DataContractError(
+                f"study report: {name} has duplicated dates ({preview(index[index.duplicated()], 3)})."
+            )
+    names = [str(c) for c in returns.columns]
+    if len(set(names)) < len(names) or BENCHMARK_COLUMN in names:
+        raise DataContractError(
+            f"study report: trial names must be unique and differ from {BENCHMARK_COLUMN!r}; received "
+            f"{preview(names)}."
+        )
+    frame = returns.set_axis(names, axis=1).astype(np.float64)
+    frame[BENCHMARK_COLUMN] = benchmark.astype(np.float64).reindex(frame.index)
+    frame = frame.reindex(frame.index.union(benchmark.index)).sort_index()
+    frame.index.name = "date"
+    keep = np.isfinite(frame.to_numpy()).all(axis=1)
+    if not keep.all():
+        dropped = frame.index[~keep]
+        notes.append(
+            f"{len(dropped)} of {len(frame)} dates were dropped because a trial or the benchmark has no finite "
+            f"return on them ({preview(dropped.date, 3)}); every figure uses the {int(keep.sum())} common dates."
+        )
+        frame = frame[keep]
+    if len(frame) < 2:
+        raise DataContractError(
+            f"study report: the trials and the benchmark share {len(frame)} date(s) with a finite return; expected "
+            "a test period of at least 2 common days. Check that they were run over the same test period."
+        )
+    return frame
+
+
+def _config_columns(trial_metrics: pd.DataFrame, names: list[str]) -> list[str]:
+    """Columns of ``trial_metrics`` that describe the config (not a metric) and differ between trials."""
+    skip = set(m.HEADLINE_KEYS) | set(_TRIAL_COLUMNS)
+    rows = trial_metrics.reindex(names)
+    return [
+        str(c)
+        for c in trial_metrics.columns
+        if str(c) not in skip
+        and not str(c).startswith(("metrics.", "tags."))
+        and rows[c].nunique(dropna=False) > 1
+    ]
+
+
+def _metric_column(trial_metrics: pd.DataFrame, key: str) -> pd.Series | None:
+    for column in (key, f"metrics.{key}"):
+        if column in trial_metrics.columns:
+            return pd.to_numeric(trial_metrics[column], errors="coerce")
+    return None
+
+
+def _reduced_blocks(n_rows: int, n_blocks: int) -> int:
+    """Largest even S <= n_blocks whose shortest block holds MIN_BLOCK_DAYS days (0 if none)."""
+    for s in range(n_blocks, 1, -2):
+        if n_rows // s >= MIN_BLOCK_DAYS:
+            return s
+    return 0
+
+
+def build_study_report(
+    returns: pd.DataFrame,
+    benchmark: pd.Series,
+    *,
+    title: str,
+    trial_metrics: pd.DataFrame | None = None,
+    n_trials: int | None = None,
+    baseline: str | None = None,
+    n_blocks: int = 16,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> StudyReport:
+    """Compare the trials of a sweep on their common test period.
+
+    Parameters
+    ----------
+    returns : DataFrame, dates x trials
+        Daily net returns of each trial (column names = trial names, unique, not
+        :data:`BENCHMARK_COLUMN`). Trials and benchmark are aligned on their common dates: a date where
+        any of them is missing or NaN is dropped from every series (recorded in ``notes``).
+    benchmark : Series indexed by date, the equal-weight universe's daily return.
+    title : report title.
+    trial_metrics : DataFrame indexed by trial name, optional
+        ``rank_ic_mean`` and ``turnover`` (or ``metrics.rank_ic_mean`` / ``metrics.turnover``) are read
+        from it; its other columns that are not metrics (``metrics.*``, ``tags.*``, headline keys) and
+        differ between the trials are copied as the trials' config (e.g. ``params.model.lr``).
+    n_trials : trials counted for the DSR, default the number of columns; pass more when trials failed
+        or were discarded (they were tried, so they deflate the winner). Not fewer than the columns.
+    baseline : trial every other is compared with (default the first column).
+    n_blocks : CSCV blocks (see :func:`pbo_cscv`). Lowered to the largest even number whose shortest
+        block has :data:`MIN_BLOCK_DAYS` days when the period is short (noted); with fewer than
+        ``2 * MIN_BLOCK_DAYS`` common days the PBO is skipped (noted).
+    n_boot : bootstrap resamples of the Sharpe intervals and of the paired differences.
+    seed : seeds every bootstrap: trial ``i``'s Sharpe interval uses ``default_rng([seed, i, 0])``, its
+        paired difference ``default_rng([seed, i, 1])``, so a trial's numbers do not depend on the others.
+
+    Returns
+    -------
+    StudyReport
+
+    Raises
+    ------
+    DataContractError : no trial, returns / benchmark not dated, duplicated names or dates, fewer than 2
+        common dates, unknown baseline, ``n_trials`` below the number of trials, a bad ``n_blocks``.
+    """
+    notes: list[str] = []
+    frame = _aligned_returns(returns, benchmark, notes)
+    names = [c for c in frame.columns if c != BENCHMARK_COLUMN]
+    bench = frame[BENCHMARK_COLUMN]
+    if n_trials is None:
+        n_trials = len(names)
+    if isinstance(n_trials, bool) or not isinstance(n_trials, (int, np.integer)) or n_trials < len(names):
+        raise DataContractError(
+            f"study report: n_trials must be an integer >= the {len(names)} trials given (failed trials may add "
+            f"to it); received {n_trials!r}."
+        )
+    n_trials = int(n_trials)
+    baseline = names[0] if baseline is None else str(baseline)
+    if baseline not in names:
+        raise DataContractError(f"study report: baseline {baseline!r} is not a trial; trials: {preview(names)}.")
+    _check_n_blocks(n_blocks)
+
+    rows: dict[str, dict[str, object]] = {}
+    for position, name in enumerate(names):
+        r = frame[name]
+        low, high = m.sharpe_ci(r, np.random.default_rng([seed, position, 0]), n_boot)
+        row: dict[str, object] = {
+            "sharpe": m.sharpe(r),
+            "sharpe_ci_low": low,
+            "sharpe_ci_high": high,
+            "ann_return": m.ann_return(r),
+            "max_drawdown": m.max_drawdown(r),
+        }
+        for n_months, suffix in ((1, "month"), (3, "3_months")):
+            rest = m.drop_best_months(r, n_months)
+            row[f"sharpe_ex_best_{suffix}"] = m.sharpe(rest)
+            row[f"ann_return_ex_best_{suffix}"] = m.ann_return(rest)
+        row.update(rank_ic_mean=np.nan, turnover=np.nan, psr=m.psr(r))
+        diff, low, high = paired_sharpe_difference(
+            r, frame[baseline], np.random.default_rng([seed, position, 1]), n_boot
+        )
+        row.update(diff_vs_baseline=diff, diff_ci_low=low, diff_ci_high=high)
+        row["verdict"] = _VERDICT_BASELINE if name == baseline else _verdict(low, high)
+        rows[name] = row
+    trials = pd.DataFrame.from_dict(rows, orient="index")
+    trials.index.name = "trial"
+
+    sharpes = trials["sharpe"].astype(np.float64).dropna()
+    var = float(sharpes.var(ddof=1)) if len(sharpes) >= 2 else 0.0
+    trials["dsr"] = [m.dsr(frame[name], n_trials, var) for name in names]
+    if n_trials > len(names):
+        notes.append(
+            f"The DSR counts {n_trials} trials, {n_trials - len(names)} more than the {len(names)} reported here "
+            "(failed or discarded trials were tried too)."
+        )
+
+    if trial_metrics is not None:
+        if not isinstance(trial_metrics, pd.DataFrame):
+            raise DataContractError(
+                f"study report: trial_metrics must be a DataFrame indexed by trial name; received "
+                f"{type(trial_metrics).__name__}."
+            )
+        trial_metrics = trial_metrics.set_axis([str(i) for i in trial_metrics.index], axis=0)
+        missing = [name for name in names if name not in trial_metrics.index]
+        if missing:
+            notes.append(
+                f"trial_metrics has no row for {preview(missing)}: their rank IC, turnover and config are blank."
+            )
+        for key in _FROM_TRIAL_METRICS:
+            column = _metric_column(trial_metrics, key)
+            if column is not None:
+                trials[key] = column.reindex(names).to_numpy(np.float64)
+        for column in _config_columns(trial_metrics, names):
+            trials[column] = trial_metrics[column].reindex(names).to_numpy()
+    trials = trials[[*_TRIAL_COLUMNS, *[c for c in trials.columns if c not in _TRIAL_COLUMNS]]]
+
+    years = pd.concat(
+        {
+            name: m.per_year_table(frame[name], bench)[["n_days", "return", "excess_return", "sharpe", "max_drawdown"]]
+            for name in frame.columns
+        },
+        names=["series", "year"],
+    ).swaplevel().sort_index(level="year", sort_remaining=False)
+
+    pbo: PBOResult | None = None
+    if len(names) < 2:
+        notes.append("PBO not computed: it needs at least 2 trials to select among, and this study has 1.")
+    else:
+        blocks = _reduced_blocks(len(frame), int(n_blocks))
+        if blocks == 0:
+            notes.append(
+                f"PBO not computed: {len(frame)} common days are too few for 2 CSCV blocks of at least "
+                f"{MIN_BLOCK_DAYS} days each."
+            )
+        else:
+            if blocks != n_blocks:
+                notes.append(
+                    f"CSCV blocks reduced from {n_blocks} to {blocks} so that each block holds at least "
+                    f"{MIN_BLOCK_DAYS} of the {len(frame)} days."
+                )
+            pbo = pbo_cscv(frame[names], blocks)
+    for note in notes:
+        logger.info("study report %r: %s", title, note)
+    return StudyReport(
+        title=title,
+        trials=trials,
+        years=years,
+        returns=frame,
+        pbo=pbo,
+        n_trials=n_trials,
+        baseline=baseline,
+        expected_max_sharpe=m.expected_max_sharpe(n_trials, var),
+        trial_sharpe_var=var,
+        notes=tuple(notes),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing the report
+
+
+def trial_colors(names: list[str]) -> dict[str, str]:
+    """One fixed matplotlib tab10 colour per trial, by position (cycling after 10), plus the benchmark's
+    grey (:data:`BENCHMARK_COLUMN`)."""
+    palette = matplotlib.colormaps["tab10"].colors
+    colors = {name: matplotlib.colors.to_hex(palette[i % len(palette)]) for i, name in enumerate(names)}
+    colors[BENCHMARK_COLUMN] = _BENCHMARK_COLOR
+    return colors
+
+
+def _plot_equity(report: StudyReport, path: Path) -> Path:
+    colors = trial_colors(report.trial_names)
+    with matplotlib.rc_context(_STYLE):
+        figure = Figure(figsize=(10, 5), dpi=100)
+        FigureCanvasAgg(figure)
+        axes = figure.add_subplot()
+        for name in report.returns.columns:
+            is_bench = name == BENCHMARK_COLUMN
+            axes.plot(
+                wealth_curve(report.returns[name]),
+                color=colors[name],
+                linewidth=1.2 if is_bench else (1.8 if name == report.baseline else 1.1),
+                linestyle="--" if is_bench else "-",
+                label=f"{name} (baseline)" if name == report.baseline else name,
+            )
+        axes.axhline(1.0, color="black", linewidth=0.6)
+        axes.set_ylabel("Wealth (1.0 at start)")
+        axes.set_title(f"{report.title}: equity curves")
+        axes.legend(loc="upper left", fontsize="small", ncol=2 if len(colors) > 6 else 1)
+        figure.autofmt_xdate()
+        figure.tight_layout()
+        return _save(figure, path)
+
+
+def _plot_pbo(report: StudyReport, pbo: PBOResult, path: Path) -> Path:
+    colors = trial_colors(report.trial_names)
+    values = np.unique(pbo.logits)
+    mids = (values[1:] + values[:-1]) / 2.0
+    step = np.min(np.diff(values)) if len(values) > 1 else 1.0
+    edges = np.r_[values[0] - step / 2.0, mids, values[-1] + step / 2.0]
+    shown = [i for i in range(len(pbo.trials)) if (pbo.selected == i).any()]
+    annual = np.sqrt(m.PERIODS_PER_YEAR)
+    with matplotlib.rc_context(_STYLE):
+        figure = Figure(figsize=(11, 4.5), dpi=100)
+        FigureCanvasAgg(figure)
+        left, right = figure.subplots(1, 2)
+        left.hist(
+            [pbo.logits[pbo.selected == i] for i in shown],
+            bins=edges,
+            stacked=True,
+            color=[colors[pbo.trials[i]] for i in shown],
+            label=[pbo.trials[i] for i in shown],
+        )
+        left.axvline(0.0, color="black", linewidth=1.0)
+        left.set_xlabel("logit of the IS-best trial's OOS rank (<= 0: overfit)")
+        left.set_ylabel("combinations")
+        left.set_title(f"PBO = {pbo.pbo:.3f} ({pbo.n_combinations:,} combinations, {pbo.n_blocks} blocks)")
+        left.legend(title="IS best", fontsize="small", loc="upper left")
+        is_sr, oos_sr = pbo.is_performance * annual, pbo.oos_performance * annual
+        finite = np.isfinite(is_sr) & np.isfinite(oos_sr)
+        right.scatter(
+            is_sr[finite],
+            oos_sr[finite],
+            s=6,
+            alpha=0.4,
+            c=[colors[pbo.trials[i]] for i in pbo.selected[finite]],
+        )
+        if np.isfinite(pbo.degradation_slope) and finite.any():
+            xs = np.linspace(is_sr[finite].min(), is_sr[finite].max(), 2)
+            right.plot(xs, pbo.degradation_intercept * annual + pbo.degradation_slope * xs, color="black",
+                       linewidth=1.0, label=f"slope {pbo.degradation_slope:+.2f}")
+            right.legend(loc="upper left", fontsize="small")
+        right.axhline(0.0, color="black", linewidth=0.6)
+        right.set_xlabel("in-sample Sharpe of the IS-best trial (annualised)")
+        right.set_ylabel("its out-of-sample Sharpe")
+        right.set_title(f"Performance degradation (P[OOS loss] = {pbo.prob_oos_loss:.2f})")
+        figure.tight_layout()
+        return _save(figure, path)
+
+
+def _reading(report: StudyReport) -> str:
+    """The report's one-paragraph plain reading."""
+    dates = report.returns.index
+    names = report.trial_names
+    best = report.best_trial
+    row = report.trials.loc[best]
+    text = [
+        f"{len(names)} trial(s) over {len(dates)} common trading days ({dates[0].date()} to {dates[-1].date()}); "
+        f"{report.n_trials} counted as tried for the deflation.",
+        f"The best Sharpe ratio is {best}'s ({row['sharpe']:+.2f}, 95% interval {row['sharpe_ci_low']:+.2f} to "
+        f"{row['sharpe_ci_high']:+.2f}); its deflated Sharpe ratio is DSR = {row['dsr']:.3f}, the probability that "
+        f"its true Sharpe exceeds {report.expected_max_sharpe:+.2f}, the best one expected from {report.n_trials} "
+        "trials without skill (below 0.95 the win is not distinguishable from luck of the draw).",
+    ]
+    if report.pbo is None:
+        text.append("The probability of backtest overfitting was not computed (see the notes).")
+    else:
+        p = report.pbo
+        text.append(
+            f"The probability of backtest overfitting is PBO = {p.pbo:.3f}: in {p.pbo:.0%} of the "
+            f"{p.n_combinations:,} ways of splitting the {p.n_blocks} blocks into in-sample and out-of-sample "
+            "halves, the trial that was best in sample ranked at or below the median out of sample (0: the "
+            "selection held up; 0.5: no better than picking at random)."
+        )
+    verdicts = report.trials["verdict"].drop(report.baseline)
+    if len(verdicts):
+        counts = {v: int((verdicts == v).sum()) for v in (_VERDICT_BETTER, _VERDICT_WORSE, _VERDICT_NONE)}
+        text.append(
+            f"Against the baseline {report.baseline}, with paired bootstrap intervals of the Sharpe difference: "
+            f"{counts[_VERDICT_BETTER]} better, {counts[_VERDICT_WORSE]} worse, {counts[_VERDICT_NONE]} without a "
+            "detectable difference."
+        )
+    return " ".join(text)
+
+
+def _trials_display(report: StudyReport) -> pd.DataFrame:
+    return report.trials.reset_index()
+
+
+def _years_display(report: StudyReport, column: str) -> pd.DataFrame:
+    table = report.years[column].unstack("series")[list(report.returns.columns)]
+    return table.reset_index()
+
+
+def _comparison_display(report: StudyReport) -> pd.DataFrame:
+    return report.trials[["sharpe", "diff_vs_baseline", "diff_ci_low", "diff_ci_high", "verdict"]].reset_index()
+
+
+def _pbo_summary(pbo: PBOResult) -> pd.DataFrame:
+    counts = pbo.selection_counts()
+    return pd.DataFrame(
+        {
+            "trial": counts.index,
+            "selected_in_sample": counts.to_numpy(),
+            "share": counts.to_numpy() / pbo.n_combinations,
+            "pbo_when_selected": [
+                float(np.mean(pbo.logits[pbo.selected == i] <= 0)) if counts.iloc[i] else np.nan
+                for i in range(len(counts))
+            ],
+        }
+    )
+
+
+def _pbo_text(pbo: PBOResult) -> str:
+    sizes = sorted(set(pbo.block_sizes))
+    size_text = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+    return (
+        f"PBO = {pbo.pbo:.3f} with n_blocks = {pbo.n_blocks} ({size_text} days each) and n_combinations = "
+        f"{pbo.n_combinations:,}. Performance degradation: OOS = {pbo.degradation_slope:.3f} x IS "
+        f"{pbo.degradation_intercept:+.4f} (least squares over the combinations, per-day Sharpe of the IS-best "
+        f"trial); probability of an OOS loss {pbo.prob_oos_loss:.3f}."
+    )
+
+
+def write_study_report(directory: Path | str, report: StudyReport) -> list[Path]:
+    """Write ``report`` into ``directory`` (created), file names from :data:`STUDY_REPORT_FILES`.
+
+    ``study_report.html`` is self-contained (the PNGs embedded as base64): title, a plain reading (PBO,
+    the best trial's DSR), the equity curves of every trial and the benchmark, the trials table, the
+    per-year returns and Sharpe ratios, the PBO section (logit histogram, n_blocks, n_combinations), the
+    baseline comparison and the notes. ``study_report.md`` holds the same tables and links the PNGs by
+    file name. ``study_pbo.csv`` has one row per CSCV combination (only its header when the PBO was
+    skipped, and ``study_pbo.png`` is then not written). Every trial keeps one tab10 colour in both charts.
+
+    Returns
+    -------
+    list of Path : every file written.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = {key: directory / name for key, name in STUDY_REPORT_FILES.items()}
+    written: list[Path] = []
+
+    report.trials.to_csv(path["trials"])
+    report.years.to_csv(path["years"])
+    combos = (
+        report.pbo.combinations()
+        if report.pbo is not None
+        else pd.DataFrame(columns=["is_blocks", "selected", "is_metric", "oos_metric", "omega", "logit"])
+    )
+    combos.to_csv(path["pbo"], index=report.pbo is not None)
+    written += [path["trials"], path["years"], path["pbo"]]
+    images = {"equity": _plot_equity(report, path["equity"])}
+    if report.pbo is not None:
+        images["pbo_plot"] = _plot_pbo(report, report.pbo, path["pbo_plot"])
+    written += list(images.values())
+
+    reading = _reading(report)
+    sections: list[tuple[str, str, pd.DataFrame | None, str | None]] = [
+        ("Equity curves", "", None, "equity"),
+        ("Trials", f"n_trials = {report.n_trials} (for the DSR); expected max Sharpe of that many unskilled trials "
+                   f"{report.expected_max_sharpe:+.3f}; variance of the trials' Sharpe ratios "
+                   f"{report.trial_sharpe_var:.4g}.", _trials_display(report), None),
+        ("Returns per calendar year", "Compounded over each year's common days.", _years_display(report, "return"),
+         None),
+        ("Sharpe ratio per calendar year", "", _years_display(report, "sharpe"), None),
+    ]
+    if report.pbo is not None:
+        sections += [
+            ("Probability of backtest overfitting (CSCV)", _pbo_text(report.pbo), _pbo_summary(report.pbo),
+             "pbo_plot"),
+        ]
+    else:
+        sections.append(("Probability of backtest overfitting (CSCV)",
+                         "Not computed: " + "; ".join(n for n in report.notes if n.startswith("PBO")), None, None))
+    sections.append((f"Comparison with the baseline ({report.baseline})",
+                     "Annualised Sharpe difference with a paired stationary-bootstrap 95% interval (the same "
+                     "resampled days for both series).", _comparison_display(report), None))
+
+    markdown = [f"# {report.title}", "", reading, ""]
+    body = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>{html.escape(report.title)}</title>",
+        "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}"
+        "td,th{border-bottom:1px solid #ddd;padding:3px 10px;text-align:right}img{max-width:100%}</style>",
+        "</head><body>",
+        f"<h1>{html.escape(report.title)}</h1>",
+        f"<p>{html.escape(reading)}</p>",
+    ]
+    for heading, note, frame, image in sections:
+        markdown += [f"## {heading}", ""]
+        body.append(f"<h2>{html.escape(heading)}</h2>")
+        if note:
+            markdown += [note, ""]
+            body.append(f"<p>{html.escape(note)}</p>")
+        if image is not None:
+            markdown += [f"![{heading}]({STUDY_REPORT_FILES[image]})", ""]
+            encoded = base64.b64encode(images[image].read_bytes()).decode("ascii")
+            body.append(f"<img alt='{html.escape(heading)}' src='data:image/png;base64,{encoded}'>")
+        if frame is not None:
+            markdown += [markdown_table(frame), ""]
+            body.append(frame.to_html(index=False, float_format=lambda x: f"{x:.4g}", border=0, na_rep=""))
+    if report.notes:
+        markdown += ["## Notes", ""] + [f"- {n}" for n in report.notes] + [""]
+        body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in report.notes) + "</ul>")
+    body.append("</body></html>")
+
+    path["markdown"].write_text("\n".join(markdown), encoding="utf-8")
+    path["html"].write_text("\n".join(body), encoding="utf-8")
+    written += [path["markdown"], path["html"]]
+    logger.info("wrote %d study report files to %s", len(written), directory)
+    return written
