@@ -54,6 +54,7 @@ __all__ = [
     "build_study_report",
     "paired_sharpe_difference",
     "pbo_cscv",
+    "trial_colors",
     "write_study_report",
 ]
 
