@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 export MLFLOW_DISABLE_TELEMETRY ?= true
 
-.PHONY: run lint test test-slow test-gpu bench venv clean-cache
+.PHONY: run lint test test-slow test-gpu bench venv clean-cache study studies
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,17 @@ test-gpu: $(STAMP)
 BENCH ?= synthetic features labels_splits portfolio tushare tracking lambdarank transformer backtest
 bench: $(STAMP)
 	for b in $(BENCH); do echo "== $$b"; $(PY) benchmarks/bench_$$b.py || exit 1; done
+
+## One study (conf/study/$(STUDY).yaml) run as a sweep, its report written to experiments/$(STUDY)/.
+STUDIES := $(basename $(notdir $(wildcard conf/study/*.yaml)))
+study: $(STAMP)
+	@test -n "$(STUDY)" || { echo "usage: make study STUDY=NAME (one of: $(STUDIES))"; exit 2; }
+	$(PY) -m backtest -m +study=$(STUDY) $(ARGS)
+	$(PY) -m backtest.study report $(STUDY) --out experiments/$(STUDY) --no-log
+
+## Every study of conf/study/, one after another (about an hour on 2 cores; README "Studies").
+studies: $(STAMP)
+	for s in $(STUDIES); do $(MAKE) --no-print-directory study STUDY=$$s || exit 1; done
 
 ## Remove the feature cache and fold checkpoints (`.venv/bin/python -m backtest.cache list` shows them).
 clean-cache: $(STAMP)

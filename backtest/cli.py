@@ -49,6 +49,7 @@ CONF_DIR = str(PROJECT_DIR / "conf")
 ENV_PARENT = "RANKBACKTEST_PARENT_RUN_ID"
 ENV_TRIALS = "RANKBACKTEST_N_TRIALS"
 ENV_STUDY = "RANKBACKTEST_STUDY"
+ENV_SWEPT = "RANKBACKTEST_SWEPT_KEYS"
 
 
 def _user_error(exc: BaseException, cfg: DictConfig | None = None) -> BacktestError | None:
@@ -265,6 +266,7 @@ def _stop_on_signals() -> None:
 def run(cfg: DictConfig) -> dict[str, Any]:
     """The main job: compose, build, run under the guards, record in MLflow, print the summary."""
     _stop_on_signals()
+    trial = _sweep_trial()
     from backtest.cache import cache_paths
     from backtest.engine import EngineOptions, plan_backtest, run_backtest
     from backtest.errors import StoreUnavailableError
@@ -308,6 +310,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     n_trials = int(tracking_cfg.n_trials or 1)
     model_name = cfg.model._target_.rsplit(".", 1)[-1]
     run_name = tracking_cfg.run_name or f"{model_name}-{feature_spec.name}" + ("-LEAK-DEMO" if leak_demo else "")
+    if trial:  # a job of a sweep: named after the values it was given
+        run_name = f"{run_name} {trial['trial']}" if trial["trial"] else run_name
+        tags.update(trial)
     reports = ReportChoice(tearsheet=tracking_cfg.tearsheet, plots=tracking_cfg.plots,
                            drift_report=tracking_cfg.drift_report)
     progress = _FoldProgress()
@@ -329,6 +334,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             raise
         finally:
             progress.close()
+        if trial and "dsr" in result.metrics:  # the study-wide dsr is logged when the sweep ends
+            result.metrics["dsr_provisional"] = result.metrics.pop("dsr")
         provenance = Provenance(
             data_fingerprint=data_fp, feature_fingerprint=result.features.fingerprint,
             leak_guard=result.leak_guard, feature_audit=result.feature_audit, leak_demo=leak_demo,
@@ -362,6 +369,28 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     return {"run_id": run_id, "metrics": result.metrics, "leak_guard": result.leak_guard, "tracking_uri": store}
 
 
+def _sweep_trial() -> dict[str, str]:
+    """In a job of a sweep, its tags ``trial`` (the values of the swept keys it was given, its name in the
+    study) and ``trial_num`` (its job number); {} outside a sweep. A study config without ``-m`` is
+    refused: it would run its defaults alone."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return {}
+    hc = HydraConfig.get()
+    if hc.mode == RunMode.RUN and "study" in hc.runtime.choices:
+        study = hc.runtime.choices["study"]
+        raise ConfigError(f"+study={study} is a sweep (conf/study/{study}.yaml lists the values it tries) and runs "
+                          f"only as a multirun\n  fix: python -m backtest -m +study={study}")
+    if hc.mode != RunMode.MULTIRUN or not os.environ.get(ENV_PARENT):
+        return {}
+    swept = [k for k in os.environ.get(ENV_SWEPT, "").split(",") if k]
+    from backtest.study import trial_label
+
+    return {"trial": trial_label(list(hc.overrides.task), swept), "trial_num": str(hc.job.num)}
+
+
 def _ui_command(uri: str) -> str:
     if uri.startswith("http"):
         return uri
@@ -372,30 +401,38 @@ def _ui_command(uri: str) -> str:
 
 
 class SweepTracking(Callback):
-    """Hydra callback: before a multirun starts, create the store and a parent run, and tell the jobs.
+    """Hydra callback: before a multirun starts, create the store and the study's parent run, and tell
+    the jobs; when it ends, build the study report (:mod:`backtest.study`).
 
-    Jobs read the parent run id, the study name and the number of trials (for the deflated Sharpe
-    ratio) from environment variables, which both the basic and the joblib launcher pass on.
+    Jobs read the parent run id, the study name, the number of trials and the swept keys from
+    environment variables, which both the basic and the joblib launcher pass on.
     """
 
     def __init__(self) -> None:
         self.parent = None
         self.tracker = None
-        self.study = ""
-        self.n_trials = 1
+        self.sweep = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from backtest.study import open_sweep, study_name
+        from backtest.study import DEFAULT_PBO_BLOCKS, Sweep, open_sweep, study_name
         from backtest.tracking import Tracker
 
         tracking_cfg = _build(config.tracking)
         self.tracker = Tracker.from_config(tracking_cfg, PROJECT_DIR)
-        self.n_trials = sweep_size(list(config.hydra.overrides.task))
-        self.study = study_name(tracking_cfg.study)
-        self.parent = open_sweep(self.tracker, self.study, self.n_trials)
+        overrides = sweep_overrides(config)
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        study_cfg = config.get("study") or {}
+        self.sweep = Sweep(
+            study=study_name(tracking_cfg.study), n_trials=sweep_size(overrides),
+            swept=tuple(o.key_or_group for o in parsed if o.is_sweep_override()), overrides=tuple(overrides),
+            command=" ".join(["python -m backtest", *sys.argv[1:]]), description=str(study_cfg.get("description", "")),
+            pbo_blocks=int(study_cfg.get("pbo_blocks", DEFAULT_PBO_BLOCKS)),
+        )
+        self.parent = open_sweep(self.tracker, self.sweep)
         os.environ[ENV_PARENT] = self.parent.run_id
-        os.environ[ENV_TRIALS] = str(self.n_trials)
-        os.environ[ENV_STUDY] = self.study
+        os.environ[ENV_TRIALS] = str(self.sweep.n_trials)
+        os.environ[ENV_STUDY] = self.sweep.study
+        os.environ[ENV_SWEPT] = ",".join(self.sweep.swept)
         atexit.register(self._end_stopped_sweep)  # a failing job ends the process, not the multirun
 
     def _end_stopped_sweep(self) -> None:
@@ -405,17 +442,28 @@ class SweepTracking(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from backtest.study import close_sweep
 
-        for key in (ENV_PARENT, ENV_TRIALS, ENV_STUDY):
+        for key in (ENV_PARENT, ENV_TRIALS, ENV_STUDY, ENV_SWEPT):
             os.environ.pop(key, None)
         if self.parent is not None:
-            table = close_sweep(self.tracker, self.parent, self.study, self.n_trials)
+            table = close_sweep(self.tracker, self.parent, self.sweep)
             if table:
                 print(table)
 
 
-def sweep_size(task_overrides: list[str]) -> int:
+def sweep_overrides(config: DictConfig) -> list[str]:
+    """The overrides a multirun sweeps over: the config's ``hydra.sweeper.params`` (a study config's)
+    then the command line's, the command line winning for a key both set (as Hydra's basic sweeper)."""
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    texts = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
+    by_key: dict[str, str] = {}
+    for override, text in zip(OverridesParser.create().parse_overrides(texts), texts, strict=True):
+        by_key[override.key_or_group] = text
+    return list(by_key.values())
+
+
+def sweep_size(overrides: list[str]) -> int:
     """Number of jobs of a sweep: the product of the lengths of its sweep overrides."""
-    parsed = OverridesParser.create().parse_overrides(task_overrides)
+    parsed = OverridesParser.create().parse_overrides(overrides)
     return math.prod(len(list(o.sweep_iterator())) if o.is_sweep_override() else 1 for o in parsed)
 
 

@@ -1,28 +1,79 @@
-"""Studies: the runs of one sweep (an ablation, a grid) read, deflated and tabulated together.
+"""Studies: the runs of one sweep (an ablation, a grid) read, deflated, compared and reported together.
 
-A study is every run tagged with one ``study`` name. A sweep opens a parent run before its jobs start
-(:func:`open_sweep`); each job is a child run that logs a provisional DSR against the runs finished
-before it (:func:`trial_sharpe_var`); the sweep's end recomputes every job's DSR against the whole
-study and logs the study table on the parent run (:func:`close_sweep`).
+A study is every backtest run tagged with one ``study`` name. It is usually a named config,
+``conf/study/NAME.yaml``, launched as ``python -m backtest -m +study=NAME``; any sweep
+(``python -m backtest -m features=all,no_volatility``) is a study too, named ``sweep-<time>`` unless
+``tracking.study`` names it.
+
+::
+
+    open_sweep ──> parent run (run_kind=sweep): study, command, overrides, swept keys, git commit
+    each job   ──> child run named after the values it was given (features=no_volatility), its own
+                   DSR logged as ``dsr_provisional`` (it sees only the trials finished before it)
+    close_sweep ─> the study report (equity curves, robustness, per-year table, DSR with N = the
+                   study's trials, PBO, differences from the baseline) logged at the root of the parent
+                   run, ``pbo`` on the parent, the study-wide ``dsr`` on every finished child
+
+The first value of each swept key is the **baseline** the other trials are compared with. The number of
+trials is the number of distinct configurations the study holds (tag ``config_key``), failed ones
+included: rerunning a study does not inflate it, trying one more variant under its name does.
+
+From the store, later: ``python -m backtest.study list`` and ``python -m backtest.study report NAME
+[--out DIR]`` (the report rebuilt and logged on the study's latest parent run again).
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
+import sys
+import tempfile
 import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
-from backtest import metrics as m
-from backtest.errors import BacktestError
-from backtest.tracking import ARTIFACTS, TrackedRun, Tracker
+from backtest import PROJECT_DIR
+from backtest.errors import BacktestError, ConfigError, TrackingError
+from backtest.tracking import ARTIFACTS, TrackedRun, Tracker, git_state
 
 log = logging.getLogger(__name__)
 
-#: Metrics of each trial in a study's table, the study-wide ``dsr`` last.
-STUDY_METRICS = ("sharpe", "sharpe_ex_best_month", "sharpe_ci_low", "sharpe_ci_high", "rank_ic_mean", "dsr")
-STUDY_HEADERS = {"run_name": "run", "sharpe": "Sharpe", "sharpe_ex_best_month": "ex best month",
-                 "sharpe_ci_low": "CI low", "sharpe_ci_high": "CI high", "rank_ic_mean": "rank IC", "dsr": "DSR"}
+#: Columns of the study table printed at the end of a sweep (from the study report's trials table).
+STUDY_TABLE = {"sharpe": "Sharpe", "sharpe_ci_low": "CI low", "sharpe_ci_high": "CI high",
+               "sharpe_ex_best_month": "ex best month", "rank_ic_mean": "rank IC", "dsr": "DSR",
+               "diff_vs_baseline": "vs baseline"}
+#: Per-run metrics a study report reads from each trial besides its daily returns.
+TRIAL_METRICS = ("rank_ic_mean", "turnover")
+DEFAULT_PBO_BLOCKS = 16
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One sweep as it was launched: what the parent run records.
+
+    Attributes
+    ----------
+    study : the study's name (tag ``study`` of the parent and of every job).
+    n_trials : jobs in the sweep (the product of the swept values' counts).
+    swept : the keys that vary between the jobs, in command-line order.
+    overrides : the sweep's overrides (the study config's ``hydra.sweeper.params`` and the command
+        line's, sweeps and fixed values alike).
+    command : the command line that launched it.
+    description : the study config's ``study.description``.
+    pbo_blocks : blocks of the PBO's combinatorially symmetric cross-validation (``study.pbo_blocks``).
+    """
+
+    study: str
+    n_trials: int
+    swept: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
+    command: str = ""
+    description: str = ""
+    pbo_blocks: int = DEFAULT_PBO_BLOCKS
+    git_commit: str = field(default="", compare=False)
 
 
 def study_name(configured: str | None) -> str:
@@ -30,76 +81,241 @@ def study_name(configured: str | None) -> str:
     return configured or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def open_sweep(tracker: Tracker, study: str, n_trials: int) -> TrackedRun:
-    """Open the parent run of a sweep of ``n_trials`` jobs (ended by :func:`close_sweep`)."""
-    parent = tracker.create_run(f"{study} ({n_trials} runs)", study=study, n_trials=n_trials, kind="sweep")
-    log.info("sweep %s: %d runs under parent run %s", study, n_trials, parent.run_id)
+def trial_label(task_overrides: Sequence[str], swept: Sequence[str]) -> str:
+    """The values a job of a sweep was given for the swept keys: its name within the study.
+
+    >>> trial_label(["+study=volatility", "features=no_volatility", "seed=1"], ["features", "seed"])
+    'features=no_volatility seed=1'
+    >>> trial_label(["features=all"], [])
+    ''
+    """
+    keys = set(swept)
+    chosen = [text for text in task_overrides if "=" in text and text.split("=", 1)[0].lstrip("+~") in keys]
+    return " ".join(chosen)
+
+
+def open_sweep(tracker: Tracker, sweep: Sweep) -> TrackedRun:
+    """Open the parent run of a sweep (ended by :func:`close_sweep`); it records how it was launched."""
+    commit, dirty = git_state(PROJECT_DIR)
+    parent = tracker.create_run(
+        f"{sweep.study} ({sweep.n_trials} trials)", study=sweep.study, n_trials=sweep.n_trials, kind="sweep",
+        tags={"command": sweep.command, "overrides": " ".join(sweep.overrides), "swept": ",".join(sweep.swept),
+              "git_commit": commit, "git_dirty": dirty, "mlflow.note.content": sweep.description},
+    )
+    parent.log_json({**asdict(sweep), "git_commit": commit, "git_dirty": dirty}, ARTIFACTS.study_sweep)
+    log.info("study %s: %d trials under parent run %s", sweep.study, sweep.n_trials, parent.run_id)
     return parent
 
 
 def trial_sharpe_var(tracker: Tracker, study: str | None) -> float:
     """Variance of the Sharpe ratios already recorded in ``study`` (0 for a lone run).
 
-    Provisional inside a sweep: a job only sees the runs finished before it, so the sweep's end
-    recomputes every job's DSR with the whole study (:func:`deflate_study`)."""
+    Provisional inside a sweep: a job only sees the trials finished before it; the sweep's end computes
+    the study-wide DSR (:func:`close_sweep`)."""
     if not study:
         return 0.0
-    runs = tracker.study_runs(study)
-    if "metrics.sharpe" not in runs.columns:
-        return 0.0
-    values = runs["metrics.sharpe"].dropna()
+    runs, _ = study_trials(tracker, study)
+    values = runs["metrics.sharpe"].dropna() if "metrics.sharpe" in runs.columns else pd.Series(dtype=float)
     return float(values.var(ddof=1)) if len(values) >= 2 else 0.0
 
 
-def deflate_study(tracker: Tracker, study: str, n_trials: int) -> pd.DataFrame:
-    """Recompute the DSR of every finished run of ``study`` against the whole study and log it (``dsr``,
-    step 1, so it supersedes the provisional value a job logged while the sweep was running).
-
-    The number of trials is the larger of ``n_trials`` (the sweep's size) and the runs the study holds,
-    failed ones included (a study name reused by several sweeps counts all of them). Returns one row per
-    finished run, best Sharpe first: ``run_name``, the config values that differ between the runs
-    (``params.<key>``), then :data:`STUDY_METRICS`; the study's ``n_trials``, ``trial_sharpe_var`` and
-    annualised ``expected_max_sharpe`` are in ``attrs``.
-    """
+def study_trials(tracker: Tracker, study: str) -> tuple[pd.DataFrame, int]:
+    """The finished trials of ``study`` (the latest run of each configuration, in sweep order: job
+    number, then start time) and the number of configurations tried (failed and killed ones included)."""
     runs = tracker.study_runs(study)
-    n_trials = max(n_trials, len(runs))
-    runs = runs[runs["status"] == "FINISHED"]
-    sharpes = runs["metrics.sharpe"].dropna() if "metrics.sharpe" in runs.columns else pd.Series(dtype=float)
-    var = float(sharpes.var(ddof=1)) if len(sharpes) >= 2 else 0.0
-    runs = runs.loc[sharpes.index]
+    if not len(runs):
+        return runs, 0
+    key = runs["tags.config_key"].fillna(runs.index.to_series()) if "tags.config_key" in runs else runs.index
+    n_configs = int(pd.Series(key).nunique())
+    finished = runs[runs["status"] == "FINISHED"]
+    finished = finished.loc[~pd.Series(key, index=runs.index)[finished.index].duplicated(keep="last")]
+    order = pd.to_numeric(finished.get("tags.trial_num", pd.Series(index=finished.index, dtype=float)),
+                          errors="coerce").fillna(1e9)
+    finished = finished.assign(_order=order).sort_values(["_order", "start_time"], kind="stable").drop(columns="_order")
+    return finished, n_configs
+
+
+def build_report(tracker: Tracker, study: str, *, n_trials: int = 0, pbo_blocks: int = DEFAULT_PBO_BLOCKS,
+                 description: str = ""):  # -> tuple[StudyReport, pd.DataFrame]
+    """The study report of ``study`` from the store, and its trials (one row per finished run, indexed
+    by run id, with the trial label in column ``trial``).
+
+    Raises
+    ------
+    TrackingError : the study has no finished run.
+    """
+    from backtest.reports.study import build_study_report
+
+    runs, n_configs = study_trials(tracker, study)
+    if not len(runs):
+        raise TrackingError(f"study {study!r} has no finished run in {tracker}. Fix: run it (python -m backtest "
+                            f"-m +study={study}) or pick a name from `python -m backtest.study list`")
+    labels = _trial_labels(runs)
+    strategy, benchmarks = {}, {}
+    for run_id, label in labels.items():
+        daily = tracker.attach(run_id).load_frame(ARTIFACTS.daily_returns)
+        strategy[label], benchmarks[label] = daily["strategy"], daily["equal_weight"]
+    returns = pd.DataFrame(strategy)
+    benchmark = benchmarks[labels.iloc[0]]
     varied = [c for c in runs.columns if c.startswith("params.") and runs[c].nunique(dropna=False) > 1]
-    table = runs[["run_name", *varied]].copy()
-    for key in STUDY_METRICS:
-        table[key] = runs.get(f"metrics.{key}", pd.Series(float("nan"), index=runs.index))
-    for run_id in table.index:
-        child = tracker.attach(run_id)
-        value = m.dsr(child.load_frame(ARTIFACTS.daily_returns)["strategy"], n_trials, var)
-        child.log_metrics({"dsr": value}, step=1)
-        table.loc[run_id, "dsr"] = value
-    table = table.sort_values("sharpe", ascending=False)
-    table.attrs = {
-        "n_trials": float(n_trials),
-        "trial_sharpe_var": var,
-        "expected_max_sharpe": m.expected_max_sharpe(n_trials, var),  # annualised, as the Sharpes
-    }
-    return table
+    trial_metrics = pd.DataFrame({
+        **{k: runs.get(f"metrics.{k}", pd.Series(float("nan"), index=runs.index)) for k in TRIAL_METRICS},
+        **{c.removeprefix("params."): runs[c] for c in varied},
+        "comparable": runs.get("tags.comparable", pd.Series("", index=runs.index)),
+    }).set_axis(labels.to_numpy())
+    title = f"Study {study}" + (f": {description}" if description else "")
+    report = build_study_report(returns, benchmark, title=title, trial_metrics=trial_metrics,
+                                n_trials=max(n_trials, n_configs), baseline=labels.iloc[0], n_blocks=pbo_blocks)
+    return report, runs.assign(trial=labels)
 
 
-def close_sweep(tracker: Tracker, parent: TrackedRun, study: str, n_trials: int) -> str:
-    """End a sweep: deflate the study, log its table on the parent run, end the parent; return the table
-    as text ("" when the study-wide DSR could not be recomputed: the jobs' own results stand)."""
+def _trial_labels(runs: pd.DataFrame) -> pd.Series:
+    """One unique name per trial: its swept values (tag ``trial``), else its run name."""
+    labels = runs.get("tags.trial", pd.Series(index=runs.index, dtype=object)).replace("", None)
+    labels = labels.fillna(runs["run_name"].fillna(pd.Series(runs.index, index=runs.index)))
+    duplicated = labels.duplicated(keep=False)
+    return labels.where(~duplicated, labels + " [" + pd.Series(runs.index, index=runs.index).str[:8] + "]")
+
+
+def record_report(tracker: Tracker, parent: TrackedRun | None, report, runs: pd.DataFrame,
+                  out: Path | str | None = None) -> list[Path]:
+    """Log the study-wide ``dsr`` on every trial, the report at the root of ``parent`` (with ``pbo``,
+    ``n_trials``, ``trial_sharpe_var``, ``expected_max_sharpe``) and, with ``out``, write it there too."""
+    from backtest.reports.study import write_study_report
+
+    for run_id, label in runs["trial"].items():
+        value = report.trials.loc[label, "dsr"]
+        if pd.notna(value):
+            tracker.attach(run_id).log_metrics({"dsr": float(value)})
+    written: list[Path] = []
+    if out is not None:
+        written = write_study_report(out, report)
+    if parent is not None:
+        fingerprints = sorted(set(runs.get("tags.data_fingerprint", pd.Series(dtype=object)).dropna()))
+        parent.set_tags({"data_fingerprint": fingerprints[0] if len(fingerprints) == 1 else "varies: "
+                         + ",".join(fingerprints), "trials": ",".join(runs.index), "baseline": report.baseline})
+        parent.log_metrics({k: v for k, v in study_metrics(report).items() if pd.notna(v)})
+        with tempfile.TemporaryDirectory(prefix="rankbacktest-study-") as tmp:
+            write_study_report(tmp, report)
+            parent.log_artifact(tmp)
+    return written
+
+
+def study_metrics(report) -> dict[str, float]:
+    """The parent run's metrics: ``pbo``, ``n_trials``, ``trial_sharpe_var``, ``expected_max_sharpe``."""
+    return {"pbo": report.pbo.pbo if report.pbo is not None else float("nan"), "n_trials": float(report.n_trials),
+            "trial_sharpe_var": report.trial_sharpe_var, "expected_max_sharpe": report.expected_max_sharpe}
+
+
+def study_table(study: str, report) -> str:
+    """The study as text: one line per trial, the baseline first, then the DSR's N and the PBO."""
+    trials = report.trials
+    shown = trials[[c for c in STUDY_TABLE if c in trials.columns]].rename(columns=STUDY_TABLE)
+    shown.insert(0, "trial", trials.index)
+    pbo = (f"PBO {report.pbo.pbo:.2f} ({report.pbo.n_blocks} blocks, {report.pbo.n_combinations} splits)"
+           if report.pbo is not None else "PBO: needs 2 trials")
+    verdicts = [f"  {name}: {verdict}" for name, verdict in trials["verdict"].items()] if "verdict" in trials else []
+    return (f"\nstudy {study}: {report.n_trials} trials, baseline {report.baseline}; DSR against the best of "
+            f"them (expected max Sharpe {report.expected_max_sharpe:+.2f}); {pbo}\n"
+            + shown.to_string(index=False, float_format=lambda v: f"{v:+.3f}") + "\n" + "\n".join(verdicts))
+
+
+def close_sweep(tracker: Tracker, parent: TrackedRun, sweep: Sweep) -> str:
+    """End a sweep: build the study report, log it on the parent run and the study-wide ``dsr`` on each
+    trial, end the parent; return the study table as text ("" when no report could be built: the
+    jobs' own results stand, and ``python -m backtest.study report`` can build it later)."""
     try:
-        table = deflate_study(tracker, study, n_trials)
-        parent.log_metrics(table.attrs)
-        if not len(table):
-            return ""
-        parent.log_frame(table, ARTIFACTS.study_trials)
-        shown = table[["run_name", *STUDY_METRICS]].rename(columns=STUDY_HEADERS)
-        return (f"\nstudy {study}: {table.attrs['n_trials']:.0f} trials, DSR against the best of them "
-                f"(expected max Sharpe {table.attrs['expected_max_sharpe']:+.2f})\n"
-                + shown.to_string(index=False, float_format=lambda v: f"{v:+.3f}"))
+        report, runs = build_report(tracker, sweep.study, n_trials=sweep.n_trials, pbo_blocks=sweep.pbo_blocks,
+                                    description=sweep.description)
+        record_report(tracker, parent, report, runs)
+        return study_table(sweep.study, report)
     except BacktestError as exc:
-        log.warning("sweep %s: the study-wide DSR was not recomputed: %s", study, exc)
+        log.warning("study %s: no study report (%s); python -m backtest.study report %s builds it later",
+                    sweep.study, exc, sweep.study)
         return ""
     finally:
         parent.end()
+
+
+def list_studies(tracker: Tracker) -> pd.DataFrame:
+    """One row per study of the store: its latest sweep, when, its trials (finished / tried), the best
+    trial's Sharpe and DSR, and the PBO."""
+    parents = tracker.sweep_runs()
+    rows = []
+    for study, group in parents.groupby("tags.study", sort=False) if len(parents) else []:
+        latest = group.iloc[-1]
+        runs, n_configs = study_trials(tracker, study)
+        sharpe = runs.get("metrics.sharpe", pd.Series(dtype=float))
+        best = sharpe.idxmax() if sharpe.notna().any() else None
+        rows.append({
+            "study": study, "parent_run": latest.name, "started": latest["start_time"].strftime("%Y-%m-%d %H:%M"),
+            "status": latest["status"], "trials": f"{len(runs)}/{n_configs}",
+            "best": _trial_labels(runs)[best] if best is not None else "",
+            "best_sharpe": runs.loc[best, "metrics.sharpe"] if best is not None else float("nan"),
+            "best_dsr": runs.loc[best].get("metrics.dsr", float("nan")) if best is not None else float("nan"),
+            "pbo": latest.get("metrics.pbo", float("nan")),
+        })
+    return pd.DataFrame(rows, columns=["study", "parent_run", "started", "status", "trials", "best", "best_sharpe",
+                                       "best_dsr", "pbo"])
+
+
+def report_study(tracker: Tracker, study: str, out: Path | str | None, *, log_to_store: bool = True) -> list[Path]:
+    """Rebuild the report of ``study`` from the store: written to ``out`` and, with ``log_to_store``,
+    logged again on its latest sweep's parent run (with the study-wide ``dsr`` of each trial)."""
+    parents = tracker.study_runs(study, kind="sweep")
+    parent = tracker.attach(parents.index[-1]) if log_to_store and len(parents) else None
+    sweep = _launched(parent)
+    report, runs = build_report(tracker, study, n_trials=sweep.get("n_trials", 0),
+                                pbo_blocks=sweep.get("pbo_blocks", DEFAULT_PBO_BLOCKS),
+                                description=sweep.get("description", ""))
+    written = record_report(tracker, parent if log_to_store else None, report, runs, out)
+    print(study_table(study, report))
+    return written
+
+
+def _launched(parent: TrackedRun | None) -> dict:
+    """The parent run's record of its sweep (``study/sweep.json``), {} when it has none."""
+    if parent is None:
+        return {}
+    import json
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = parent.tracker.client.download_artifacts(parent.run_id, ARTIFACTS.study_sweep, tmp)
+        except Exception:  # an older parent run: the report uses the defaults
+            return {}
+        return json.loads(Path(path).read_text())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m backtest.study list | report NAME [--out DIR] [--no-log]``."""
+    parser = argparse.ArgumentParser(prog="python -m backtest.study", description="List the studies of the store "
+                                     "and rebuild a study's report from it.")
+    parser.add_argument("--tracking-uri", default=None, help="MLflow store (default: the project's mlruns.db)")
+    parser.add_argument("--experiment", default="rankbacktest")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="one line per study")
+    report = commands.add_parser("report", help="rebuild a study's report from the store")
+    report.add_argument("study")
+    report.add_argument("--out", type=Path, default=None, help="folder for the report (default: study-report-NAME)")
+    report.add_argument("--no-log", action="store_true", help="do not log the report on the study's parent run")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        tracker = Tracker(args.tracking_uri, args.experiment, PROJECT_DIR)
+        if args.command == "list":
+            studies = list_studies(tracker)
+            print(studies.to_string(index=False, float_format=lambda v: f"{v:+.3f}") if len(studies)
+                  else f"no study in {tracker}: run one with python -m backtest -m +study=NAME (conf/study/)")
+            return 0
+        out = args.out or Path(f"study-report-{args.study}")
+        written = report_study(tracker, args.study, out, log_to_store=not args.no_log)
+        print(f"\nstudy report: {len(written)} files in {out}/ ({', '.join(p.name for p in written[:3])}, ...)")
+        return 0
+    except (BacktestError, ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

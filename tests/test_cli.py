@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from mlflow.tracking import MlflowClient
 
 from backtest import cli
 from backtest.metrics import HEADLINE_KEYS, dsr, expected_max_sharpe
+from backtest.reports.study import STUDY_REPORT_FILES
+from backtest.tracking import ARTIFACTS
 
 EXPERIMENTS = sorted(p.stem for p in (Path(cli.CONF_DIR) / "experiment").glob("*.yaml"))
 TINY = ["data.n_stocks=60", "data.n_members=40", "data.start=2023-06-01", "backtest.test_start=2025-09-01",
@@ -116,33 +119,73 @@ def test_sweep_groups_child_runs_under_one_parent(tmp_path: Path) -> None:
     exp = client.get_experiment_by_name("rankbacktest")
     runs = client.search_runs([exp.experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    children = sorted((r for r in runs if "mlflow.parentRunId" in r.data.tags), key=lambda r: r.data.tags["trial_num"])
     assert len(parents) == 1 and len(children) == 2
-    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+    parent = parents[0]
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
     assert {c.data.tags["n_trials"] for c in children} == {"2"}
     assert len({c.data.tags["study"] for c in children}) == 1
-    # the sweep's end deflates every child's Sharpe against the whole study (a job alone sees only
-    # the runs before it): dsr logged again at step 1, from the two children's Sharpe variance
+    # each trial is named after the value it was given; the first value is the baseline
+    assert [c.data.tags["trial"] for c in children] == ["features=all", "features=no_volatility"]
+    assert [c.info.run_name for c in children] == ["LambdaRankRanker-all features=all",
+                                                  "LambdaRankRanker-no_volatility features=no_volatility"]
+    # the parent records how the sweep was launched and what it holds
+    tags = parent.data.tags
+    assert tags["command"].startswith("python -m backtest -m ") and "features=all,no_volatility" in tags["command"]
+    assert "features=all,no_volatility" in tags["overrides"].split() and tags["swept"] == "features"
+    assert tags["git_commit"] and tags["baseline"] == "features=all"
+    assert tags["data_fingerprint"] == children[0].data.tags["data_fingerprint"]
+    assert set(tags["trials"].split(",")) == {c.info.run_id for c in children}
+    sweep = json.loads(Path(client.download_artifacts(parent.info.run_id, ARTIFACTS.study_sweep, str(tmp_path)))
+                       .read_text())
+    assert sweep["n_trials"] == 2 and sweep["swept"] == ["features"]
+    # a job's own DSR is provisional (it sees only the trials before it); the sweep's end logs the
+    # study-wide dsr once, from the two trials' Sharpe variance
     sharpes = [c.data.metrics["sharpe"] for c in children]
     var = float(np.var(sharpes, ddof=1))
-    assert parents[0].data.metrics["trial_sharpe_var"] == pytest.approx(var)
-    assert parents[0].data.metrics["expected_max_sharpe"] == pytest.approx(expected_max_sharpe(2, var))
+    assert parent.data.metrics["trial_sharpe_var"] == pytest.approx(var)
+    assert parent.data.metrics["expected_max_sharpe"] == pytest.approx(expected_max_sharpe(2, var))
+    assert 0.0 <= parent.data.metrics["pbo"] <= 1.0 and parent.data.metrics["n_trials"] == 2
     for child in children:
-        history = client.get_metric_history(child.info.run_id, "dsr")
-        assert sorted(p.step for p in history) == [0, 1]
+        assert "dsr_provisional" in child.data.metrics
+        assert [p.step for p in client.get_metric_history(child.info.run_id, "dsr")] == [0]
         returns = pd.read_parquet(client.download_artifacts(child.info.run_id, "data/daily_returns.parquet",
                                                             str(tmp_path)))["strategy"]
         assert child.data.metrics["dsr"] == pytest.approx(dsr(returns, 2, var), abs=1e-12)
         assert var == 0 or child.data.metrics["dsr"] < child.data.metrics["psr"]
-    assert "2 trials, DSR against the best of them" in proc.stdout
-    trials = pd.read_csv(client.download_artifacts(parents[0].info.run_id, "study/trials.csv", str(tmp_path)),
+    assert "2 trials, baseline features=all" in proc.stdout and "DSR against the best of them" in proc.stdout
+    # the study report sits at the root of the parent run
+    top = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert set(STUDY_REPORT_FILES.values()) <= top, top
+    trials = pd.read_csv(client.download_artifacts(parent.info.run_id, STUDY_REPORT_FILES["trials"], str(tmp_path)),
                          index_col=0)
-    assert set(trials.index) == {c.info.run_id for c in children}
-    assert sorted(trials["params.features.name"]) == ["all", "no_volatility"]  # what the sweep varied
-    assert "params.seed" not in trials.columns  # ... and only that
-    assert trials["sharpe"].is_monotonic_decreasing
+    assert list(trials.index) == ["features=all", "features=no_volatility"]
+    assert sorted(trials["features.name"]) == ["all", "no_volatility"]  # what the sweep varied
+    assert "seed" not in trials.columns  # ... and only that
     for child in children:
-        assert trials.at[child.info.run_id, "dsr"] == pytest.approx(child.data.metrics["dsr"])
+        assert trials.at[child.data.tags["trial"], "dsr"] == pytest.approx(child.data.metrics["dsr"])
+        assert trials.at[child.data.tags["trial"], "sharpe"] == pytest.approx(child.data.metrics["sharpe"])
+    # the study is listed and its report rebuilt from the store, with the same numbers
+    listed = subprocess.run([sys.executable, "-m", "backtest.study", "--tracking-uri", uri, "list"],
+                            capture_output=True, text=True, timeout=300)
+    assert listed.returncode == 0 and tags["study"] in listed.stdout and parent.info.run_id in listed.stdout
+    out = tmp_path / "rebuilt"
+    rebuilt = subprocess.run([sys.executable, "-m", "backtest.study", "--tracking-uri", uri, "report", tags["study"],
+                              "--out", str(out), "--no-log"], capture_output=True, text=True, timeout=300)
+    assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
+    again = pd.read_csv(out / STUDY_REPORT_FILES["trials"], index_col=0)
+    pd.testing.assert_series_equal(again["sharpe"], trials["sharpe"])
+    pd.testing.assert_series_equal(again["dsr"], trials["dsr"])
+    unknown = subprocess.run([sys.executable, "-m", "backtest.study", "--tracking-uri", uri, "report", "nope"],
+                             capture_output=True, text=True, timeout=300)
+    assert unknown.returncode == 2 and "no finished run" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_a_study_config_without_multirun_is_refused(tmp_path: Path) -> None:
+    proc = _cli(["+study=volatility", f"tracking.uri=sqlite:///{tmp_path / 'x.db'}"], tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "fix: python -m backtest -m +study=volatility" in proc.stderr
+    assert not (tmp_path / "x.db").exists()
 
 
 def test_a_label_the_model_cannot_learn_from_is_refused_when_composed(tmp_path: Path) -> None:

@@ -25,10 +25,9 @@ import html
 import itertools
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 
 import matplotlib
 import numpy as np
@@ -39,6 +38,7 @@ from matplotlib.figure import Figure
 from backtest import metrics as m
 from backtest.errors import DataContractError, preview
 from backtest.reports.drift import markdown_table
+from backtest.reports.files import STUDY_REPORT_FILES
 from backtest.reports.plots import _BENCHMARK_COLOR, _STYLE, _save
 from backtest.reports.returns import wealth_curve
 
@@ -57,19 +57,6 @@ __all__ = [
     "trial_colors",
     "write_study_report",
 ]
-
-#: File names written by :func:`write_study_report` inside its folder.
-STUDY_REPORT_FILES: Mapping[str, str] = MappingProxyType(
-    {
-        "html": "study_report.html",  # self-contained: images embedded as base64
-        "markdown": "study_report.md",  # the same tables; images referenced by file name
-        "trials": "study_trials.csv",  # StudyReport.trials
-        "years": "study_years.csv",  # StudyReport.years
-        "pbo": "study_pbo.csv",  # one row per CSCV combination (header only when PBO was skipped)
-        "equity": "study_equity.png",  # equity curves of every trial and the equal-weight benchmark
-        "pbo_plot": "study_pbo.png",  # logit histogram and IS vs OOS Sharpe (not written without a PBO)
-    }
-)
 
 #: Name of the equal-weight benchmark's column in :attr:`StudyReport.returns`.
 BENCHMARK_COLUMN = "equal weight"

@@ -71,7 +71,7 @@ def summary_text(returns: pd.Series, benchmark: pd.Series, metrics: Mapping[str,
         "",
         f"rank IC {m.get('rank_ic_mean', nan):+.4f} (ICIR {m.get('icir', nan):+.3f}), "
         f"NDCG@{run.ndcg_depth} {m.get(f'ndcg_at_{run.ndcg_depth}', nan):.4f}; "
-        f"PSR {m.get('psr', nan):.3f}, DSR {m.get('dsr', nan):.3f}; "
+        f"PSR {m.get('psr', nan):.3f}, {_dsr_text(m)}; "
         f"Sharpe 95% CI [{m.get('sharpe_ci_low', nan):+.2f}, {m.get('sharpe_ci_high', nan):+.2f}]",
         f"leak guard      {run.leak_guard}   feature audit {run.feature_audit}   "
         f"comparable {'yes' if run.comparable else 'NO'}",
@@ -80,3 +80,11 @@ def summary_text(returns: pd.Series, benchmark: pd.Series, metrics: Mapping[str,
         f"open the UI     {run.ui}",
     ]
     return "\n".join(out)
+
+
+def _dsr_text(metrics: Mapping[str, float]) -> str:
+    """``DSR 0.377``, or, for a job of a sweep, its provisional value (the study-wide one, ``dsr``, is
+    logged when the sweep ends: a job sees only the trials finished before it)."""
+    if "dsr" not in metrics and "dsr_provisional" in metrics:
+        return f"DSR {metrics['dsr_provisional']:.3f} (provisional: the study's DSR comes when the sweep ends)"
+    return f"DSR {metrics.get('dsr', float('nan')):.3f}"

@@ -62,7 +62,7 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 from backtest.provenance import Provenance, git_state, provenance_tags  # noqa: E402
 from backtest.tracking.fallback import fallback_uri, sync_runs  # noqa: E402
 from backtest.tracking.layout import ARTIFACTS, RunArtifacts  # noqa: E402
-from backtest.tracking.queries import RunKind, study_runs  # noqa: E402
+from backtest.tracking.queries import RunKind, study_runs, sweep_runs  # noqa: E402
 from backtest.tracking.redaction import (  # noqa: E402
     MAX_PARAM_VALUE_CHARS,
     flatten_config,
@@ -101,4 +101,5 @@ __all__ = [
     "redact_uri",
     "resolve_tracking_uri",
     "study_runs",
+    "sweep_runs",
 ]

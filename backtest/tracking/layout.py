@@ -1,7 +1,8 @@
 """Where each artifact of a run lives: the one definition that writers, readers and tests import.
 
-A backtest run (``run_kind=backtest``) holds every path below except ``study_trials``; a sweep's parent
-run (``run_kind=sweep``) holds ``study_trials``. ``reports`` is a folder written by
+A backtest run (``run_kind=backtest``) holds every path below except ``study_sweep``; a sweep's parent
+run (``run_kind=sweep``) holds ``study_sweep`` and, at its root, the study report
+(:data:`backtest.reports.files.STUDY_REPORT_FILES`). ``reports`` is a folder written by
 :func:`backtest.reports.write_backtest_reports` (its file names are in :data:`backtest.reports.REPORT_FILES`).
 
 Examples
@@ -33,7 +34,7 @@ class RunArtifacts:
     leakage_records: str = "guards/leakage_records.json"  # one LeakageRecord per fold
     feature_audit: str = "guards/feature_audit.json"  # the look-ahead audit's verdict and offenders
     reports: str = "reports"  # folder: tearsheet, plots, drift report
-    study_trials: str = "study/trials.csv"  # a sweep's parent run: one row per trial
+    study_sweep: str = "study/sweep.json"  # a sweep's parent run: how the sweep was launched
 
     def report(self, name: str) -> str:
         """Path of one report file (a key of ``REPORT_FILES``)."""

@@ -1,4 +1,4 @@
-"""Reading a study back: every run tagged with one ``study``, as a table."""
+"""Reading studies back: every run tagged with one ``study``, and the parent runs of the sweeps, as tables."""
 
 from __future__ import annotations
 
@@ -46,21 +46,41 @@ def study_runs(
     ------
     TrackingError : the experiment does not exist in the store.
     """
+    runs = _search(uri, experiment, f"tags.study = '{_quoted(study)}'")
+    return _table(runs, kind=kind, statuses=statuses)
+
+
+def sweep_runs(uri: str, experiment: str) -> pd.DataFrame:
+    """The parent runs of every sweep (``run_kind=sweep``) of ``experiment``, oldest first; the columns
+    of :func:`study_runs`.
+
+    Raises
+    ------
+    TrackingError : the experiment does not exist in the store.
+    """
+    return _table(_search(uri, experiment, "tags.run_kind = 'sweep'"), kind="sweep", statuses=None)
+
+
+def _quoted(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def _search(uri: str, experiment: str, filter_string: str) -> list[Any]:
     client = mlflow.MlflowClient(tracking_uri=uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
         names = [e.name for e in client.search_experiments(view_type=ViewType.ALL)]
         raise TrackingError(
-            f"study_runs: experiment {experiment!r} not found in {redact_uri(uri)!r}; "
-            f"experiments there: {preview(names) or 'none'}. Fix: pass tracking.experiment of the study."
+            f"experiment {experiment!r} not found in {redact_uri(uri)!r}; "
+            f"experiments there: {preview(names) or 'none'}. Fix: pass the experiment of the study "
+            "(tracking.experiment)."
         )
-    escaped = study.replace("\\", "\\\\").replace("'", "\\'")
     runs = []
     page_token = None
     while True:
         page = client.search_runs(
             [found.experiment_id],
-            filter_string=f"tags.study = '{escaped}'",
+            filter_string=filter_string,
             run_view_type=ViewType.ACTIVE_ONLY,
             max_results=1000,
             order_by=["attributes.start_time ASC"],
@@ -69,7 +89,10 @@ def study_runs(
         runs.extend(page)
         page_token = page.token
         if not page_token:
-            break
+            return runs
+
+
+def _table(runs: list[Any], *, kind: RunKind | None, statuses: Sequence[str] | None) -> pd.DataFrame:
     rows = []
     for run in runs:
         row: dict[str, Any] = {

@@ -28,7 +28,7 @@ from mlflow.exceptions import MlflowException
 from backtest.errors import StoreUnavailableError, TrackingError, preview
 from backtest.provenance import Provenance, provenance_tags
 from backtest.tracking.layout import ARTIFACTS
-from backtest.tracking.queries import RunKind, study_runs
+from backtest.tracking.queries import RunKind, study_runs, sweep_runs
 from backtest.tracking.redaction import (
     MAX_TAG_VALUE_CHARS,
     cut_text,
@@ -214,6 +214,10 @@ class Tracker:
     ) -> pd.DataFrame:
         """:func:`study_runs` of this tracker's store and experiment."""
         return study_runs(self.uri, self.experiment, study, kind=kind, statuses=statuses)
+
+    def sweep_runs(self) -> pd.DataFrame:
+        """:func:`sweep_runs`: the parent runs of every sweep of this tracker's experiment."""
+        return sweep_runs(self.uri, self.experiment)
 
     def _check_parent(self, parent_run_id: str) -> None:
         try:

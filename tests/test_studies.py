@@ -1,0 +1,62 @@
+"""Every configured study (conf/study/*.yaml) runs end to end as a sweep on a tiny market.
+
+The studies are found by glob, so a new one is covered without touching this file. Each keeps the values
+it sweeps, its schedule and its models; only the market is shrunk (and the store and caches sent to a
+temporary folder). The sweep must end with a study report on its parent run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from backtest import cli
+from backtest.reports.study import STUDY_REPORT_FILES
+
+STUDIES = sorted(p.stem for p in (Path(cli.CONF_DIR) / "study").glob("*.yaml"))
+TINY_MARKET = ["data.n_stocks=60", "data.n_members=40", "data.start=2023-06-01", "backtest.test_start=2025-09-01",
+               "engine.feature_cache=false", "engine.checkpoints=false", "tracking.tearsheet=false"]
+
+
+def test_the_research_log_studies_are_found() -> None:
+    assert {"leak", "volatility", "moneyflow", "top80", "labels", "industry", "transformer"} <= set(STUDIES)
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_every_study_composes_with_its_name(study: str, compose_config) -> None:
+    cfg = compose_config([f"+study={study}"])
+    assert cfg.tracking.study == cfg.study.name == study
+    for group in ("features", "label", "backtest", "portfolio", "tracking"):
+        cli._build(cfg[group])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("study", STUDIES)
+def test_study_runs_end_to_end_and_reports(study: str, tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "backtest", "-m", f"+study={study}", *TINY_MARKET, f"tracking.uri={uri}",
+         f"engine.cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        capture_output=True, text=True, env=env, timeout=1800, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("rankbacktest").experiment_id])
+    parents = [r for r in runs if r.data.tags["run_kind"] == "sweep"]
+    children = [r for r in runs if r.data.tags["run_kind"] == "backtest"]
+    assert len(parents) == 1 and len(children) == int(parents[0].data.tags["n_trials"]) >= 2
+    assert {c.data.tags["study"] for c in children} == {study}
+    assert len({c.data.tags["trial"] for c in children}) == len(children)  # every trial named apart
+    parent = parents[0]
+    assert math.isfinite(parent.data.metrics["pbo"]) and 0 <= parent.data.metrics["pbo"] <= 1
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= set(STUDY_REPORT_FILES.values())
+    for child in children:
+        assert child.info.status == "FINISHED" and math.isfinite(child.data.metrics["dsr"])
+    assert f"study {study}:" in proc.stdout
