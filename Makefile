@@ -51,6 +51,7 @@ study: $(STAMP)
 ## Every study of conf/study/, one after another (about an hour on 2 cores; README "Studies").
 studies: $(STAMP)
 	for s in $(STUDIES); do $(MAKE) --no-print-directory study STUDY=$$s || exit 1; done
+	$(PY) -m backtest.study digest experiments > experiments/digest.md
 
 ## Remove the feature cache and fold checkpoints (`.venv/bin/python -m backtest.cache list` shows them).
 clean-cache: $(STAMP)

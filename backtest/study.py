@@ -162,6 +162,9 @@ def build_report(tracker: Tracker, study: str, *, n_trials: int = 0, pbo_blocks:
         **{k: runs.get(f"metrics.{k}", pd.Series(float("nan"), index=runs.index)) for k in TRIAL_METRICS},
         **{c.removeprefix("params."): runs[c] for c in varied},
         "comparable": runs.get("tags.comparable", pd.Series("", index=runs.index)),
+        "minutes": (runs["end_time"] - runs["start_time"]).dt.total_seconds() / 60,  # wall time of the run
+        "resumed_folds": pd.to_numeric(runs.get("tags.resumed_folds", pd.Series(index=runs.index, dtype=float)),
+                                       errors="coerce"),  # folds read from checkpoints, not computed
     }).set_axis(labels.to_numpy())
     title = f"Study {study}" + (f": {description}" if description else "")
     report = build_study_report(returns, benchmark, title=title, trial_metrics=trial_metrics,
@@ -287,6 +290,47 @@ def _launched(parent: TrackedRun | None) -> dict:
         return json.loads(Path(path).read_text())
 
 
+#: Columns of the research-log digest (:func:`digest`): the study report's trials table, shown as text.
+DIGEST_COLUMNS = {"sharpe": "Sharpe", "sharpe_ci": "95% CI", "sharpe_ex_best_month": "ex best month",
+                  "cum_return": "cum. return", "rank_ic_mean": "rank IC", "dsr": "DSR", "diff": "vs baseline [95% CI]",
+                  "verdict": "verdict", "minutes": "min"}
+
+
+def digest(directory: Path | str) -> str:
+    """One markdown table of every study report under ``directory`` (``experiments/``): a row per trial
+    with its Sharpe and interval, Sharpe without the best month, rank IC, study-wide DSR, the paired
+    difference from the baseline with its verdict and the run's minutes; a line per study with its
+    period, N and PBO. ``make studies`` writes it to ``experiments/README.md``."""
+    import json
+
+    from backtest.reports.files import STUDY_REPORT_FILES
+
+    directory = Path(directory)
+    header = "| study | trial | " + " | ".join(DIGEST_COLUMNS.values()) + " |"
+    lines = [header, "|---" * (len(DIGEST_COLUMNS) + 2) + "|"]
+    notes = []
+    for folder in sorted(p for p in directory.iterdir() if (p / STUDY_REPORT_FILES["summary"]).is_file()):
+        summary = json.loads((folder / STUDY_REPORT_FILES["summary"]).read_text())
+        trials = pd.read_csv(folder / STUDY_REPORT_FILES["trials"], index_col=0)
+        for name, row in trials.iterrows():
+            cells = {
+                "sharpe": f"{row.sharpe:+.2f}", "sharpe_ci": f"[{row.sharpe_ci_low:+.2f}, {row.sharpe_ci_high:+.2f}]",
+                "sharpe_ex_best_month": f"{row.sharpe_ex_best_month:+.2f}",
+                "cum_return": f"{(1 + row.ann_return) ** (summary['n_days'] / 252) - 1:+.1%}",
+                "rank_ic_mean": f"{row.rank_ic_mean:+.4f}", "dsr": f"{row.dsr:.2f}",
+                "diff": "baseline" if name == summary["baseline"] else
+                        f"{row.diff_vs_baseline:+.2f} [{row.diff_ci_low:+.2f}, {row.diff_ci_high:+.2f}]",
+                "verdict": "" if name == summary["baseline"] else str(row.verdict).split(" (")[0],
+                "minutes": f"{row.minutes:.1f}" if "minutes" in row and pd.notna(row.minutes) else "",
+            }
+            lines.append(f"| {folder.name} | {name} | " + " | ".join(cells.values()) + " |")
+        pbo = f"PBO {summary['pbo']:.2f} ({summary['pbo_blocks']} blocks)" if summary["pbo"] is not None else "no PBO"
+        notes.append(f"- **{folder.name}**: {summary['start']} .. {summary['end']} ({summary['n_days']} days), "
+                     f"N = {summary['n_trials']} for the DSR, {pbo}; report: [{folder.name}/"
+                     f"{STUDY_REPORT_FILES['markdown']}]({folder.name}/{STUDY_REPORT_FILES['markdown']})")
+    return "\n".join(lines + [""] + notes)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m backtest.study list | report NAME [--out DIR] [--no-log]``."""
     parser = argparse.ArgumentParser(prog="python -m backtest.study", description="List the studies of the store "
@@ -299,7 +343,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_argument("study")
     report.add_argument("--out", type=Path, default=None, help="folder for the report (default: study-report-NAME)")
     report.add_argument("--no-log", action="store_true", help="do not log the report on the study's parent run")
+    table = commands.add_parser("digest", help="one markdown table of the study reports under a folder")
+    table.add_argument("directory", type=Path, nargs="?", default=PROJECT_DIR / "experiments")
     args = parser.parse_args(argv)
+    if args.command == "digest":
+        print(digest(args.directory))
+        return 0
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         tracker = Tracker(args.tracking_uri, args.experiment, PROJECT_DIR)

@@ -13,11 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
 from backtest import cli
-from backtest.reports.study import STUDY_REPORT_FILES
+from backtest.reports.study import STUDY_REPORT_FILES, build_study_report, write_study_report
+from backtest.study import digest
 
 STUDIES = sorted(p.stem for p in (Path(cli.CONF_DIR) / "study").glob("*.yaml"))
 TINY_MARKET = ["data.n_stocks=60", "data.n_members=40", "data.start=2023-06-01", "backtest.test_start=2025-09-01",
@@ -60,3 +63,26 @@ def test_study_runs_end_to_end_and_reports(study: str, tmp_path: Path) -> None:
     for child in children:
         assert child.info.status == "FINISHED" and math.isfinite(child.data.metrics["dsr"])
     assert f"study {study}:" in proc.stdout
+
+
+def test_the_digest_tabulates_every_study_report_under_a_folder(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    dates = pd.bdate_range("2024-01-02", periods=300)
+    for study, shift in (("alpha", 0.0), ("beta", 0.002)):
+        returns = pd.DataFrame({"a=1": rng.normal(0.0005, 0.01, 300), "a=2": rng.normal(0.0005 + shift, 0.01, 300)},
+                               index=dates)
+        trial_metrics = pd.DataFrame({"rank_ic_mean": [0.01, 0.02], "minutes": [3.0, 4.5]}, index=returns.columns)
+        report = build_study_report(returns, pd.Series(rng.normal(0, 0.01, 300), index=dates), title=study,
+                                    trial_metrics=trial_metrics)
+        write_study_report(tmp_path / study, report)
+    (tmp_path / "not_a_study").mkdir()
+    text = digest(tmp_path)
+    rows = [line for line in text.splitlines() if line.startswith("| alpha") or line.startswith("| beta")]
+    assert len(rows) == 4 and "not_a_study" not in text
+    trials = pd.read_csv(tmp_path / "beta" / STUDY_REPORT_FILES["trials"], index_col=0)
+    beta = next(r for r in rows if r.startswith("| beta | a=2 "))
+    cells = [c.strip() for c in beta.strip("|").split("|")]
+    assert cells[2] == f"{trials.at['a=2', 'sharpe']:+.2f}" and cells[7] == f"{trials.at['a=2', 'dsr']:.2f}"
+    assert cells[8].startswith(f"{trials.at['a=2', 'diff_vs_baseline']:+.2f} [") and cells[10] == "4.5"
+    assert "| alpha | a=1 |" in text and "baseline" in next(r for r in rows if r.startswith("| alpha | a=1 "))
+    assert "**beta**: 2024-01-02 .. " in text and "(300 days), N = 2 for the DSR, PBO " in text

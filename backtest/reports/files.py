@@ -26,6 +26,7 @@ STUDY_REPORT_FILES: Mapping[str, str] = MappingProxyType(
         "trials": "study_trials.csv",  # StudyReport.trials
         "years": "study_years.csv",  # StudyReport.years
         "pbo": "study_pbo.csv",  # one row per CSCV combination (header only when PBO was skipped)
+        "summary": "study_summary.json",  # period, trials, baseline, DSR's N, PBO with its blocks, notes
         "equity": "study_equity.png",  # equity curves of every trial and the equal-weight benchmark
         "pbo_plot": "study_pbo.png",  # logit histogram and IS vs OOS Sharpe (not written without a PBO)
     }

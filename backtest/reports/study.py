@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import html
 import itertools
+import json
 import logging
 import math
 from collections.abc import Callable
@@ -54,6 +55,7 @@ __all__ = [
     "build_study_report",
     "paired_sharpe_difference",
     "pbo_cscv",
+    "study_summary",
     "trial_colors",
     "write_study_report",
 ]
@@ -901,6 +903,26 @@ def _pbo_text(pbo: PBOResult) -> str:
     )
 
 
+def study_summary(report: StudyReport) -> dict[str, object]:
+    """The study's own numbers besides the trials table (``study_summary.json``): title, period,
+    trials, baseline, best trial, DSR's N and expected max Sharpe, PBO with its blocks and splits, notes."""
+    dates = report.returns.index
+    pbo = report.pbo
+    return {
+        "title": report.title, "start": f"{dates.min():%Y-%m-%d}", "end": f"{dates.max():%Y-%m-%d}",
+        "n_days": int(len(dates)), "trials": list(report.trial_names), "baseline": report.baseline,
+        "best_trial": report.best_trial, "n_trials": int(report.n_trials),
+        "trial_sharpe_var": _finite_or_none(report.trial_sharpe_var),
+        "expected_max_sharpe": _finite_or_none(report.expected_max_sharpe),
+        "pbo": None if pbo is None else float(pbo.pbo), "pbo_blocks": None if pbo is None else int(pbo.n_blocks),
+        "pbo_combinations": None if pbo is None else int(pbo.n_combinations), "notes": list(report.notes),
+    }
+
+
+def _finite_or_none(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
 def write_study_report(directory: Path | str, report: StudyReport) -> list[Path]:
     """Write ``report`` into ``directory`` (created), file names from :data:`STUDY_REPORT_FILES`.
 
@@ -928,7 +950,8 @@ def write_study_report(directory: Path | str, report: StudyReport) -> list[Path]
         else pd.DataFrame(columns=["is_blocks", "selected", "is_metric", "oos_metric", "omega", "logit"])
     )
     combos.to_csv(path["pbo"], index=report.pbo is not None)
-    written += [path["trials"], path["years"], path["pbo"]]
+    path["summary"].write_text(json.dumps(study_summary(report), indent=2), encoding="utf-8")
+    written += [path["trials"], path["years"], path["pbo"], path["summary"]]
     images = {"equity": _plot_equity(report, path["equity"])}
     if report.pbo is not None:
         images["pbo_plot"] = _plot_pbo(report, report.pbo, path["pbo_plot"])
