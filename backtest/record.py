@@ -4,10 +4,18 @@ the provenance and guard tags, at the paths of :data:`backtest.tracking.layout.A
 ::
 
     BacktestResult --record_backtest--> run: headline metrics, per-fold metrics, predictions, positions,
-                                         daily returns, periods, feature importance, leakage records,
-                                         feature audit, reports/, then the tags (comparable last)
+                                         daily returns, periods, feature importance, per-fold feature
+                                         PSI, leakage records, feature audit, reports/, then the tags
+                                         (comparable last)
 
 The tags come last so that a run that died while being recorded never says ``comparable=true``.
+
+The reports get the run's own evidence, never recomputed: the tearsheet's robustness block reads the
+engine's headline metrics and guard verdicts (:func:`run_evidence`); the drift report gets each fold's
+reference window (its training window) and test days from the leakage records (:func:`fold_windows`)
+and the per-fold PSI computed here from the feature matrix (:func:`fold_psi`), which is also stored
+(``data/feature_psi.csv``) so that ``python -m backtest.reports drift --run-id ID`` can rebuild the
+report from the store alone.
 """
 
 from __future__ import annotations
@@ -19,8 +27,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from backtest.engine import BacktestResult
+from backtest.leakage import is_comparable
 from backtest.provenance import Provenance
-from backtest.reports import feature_value_drift, write_backtest_reports
+from backtest.reports import DriftRun, RunEvidence, feature_value_drift, psi_by_fold, write_backtest_reports
+from backtest.reports.drift import PSI_MAX_ROWS, psi_artifact
+from backtest.reports.drift import fold_windows as windows_of_folds
 from backtest.tracking import ARTIFACTS, TrackedRun
 
 
@@ -49,13 +60,19 @@ def record_backtest(run: TrackedRun, result: BacktestResult, *, provenance: Prov
     run.log_frame(p.periods, ARTIFACTS.periods)
     run.log_frame(result.fold_metrics, ARTIFACTS.fold_metrics)
     run.log_frame(result.importance, ARTIFACTS.feature_importance)
+    windows = fold_windows(result)
+    psi = fold_psi(result, windows) if reports.drift_report else None
+    if psi is not None:
+        run.log_frame(psi_artifact(psi, windows), ARTIFACTS.feature_psi)
     run.log_json([r.to_dict() for r in result.records], ARTIFACTS.leakage_records)
     if result.audit is not None:
         run.log_json({"passed": result.audit.passed, "summary": result.audit.summary()}, ARTIFACTS.feature_audit)
     with tempfile.TemporaryDirectory(prefix="rankbacktest-reports-") as tmp:
         write_backtest_reports(
             tmp, p.returns, p.benchmark_returns, title=title, importance=importance_by_decision(result),
-            value_drift=value_drift(result) if reports.drift_report else None,
+            value_drift=value_drift(result) if reports.drift_report else None, fold_psi=psi,
+            evidence=run_evidence(result, run_name=title, run_id=run.run_id),
+            drift_run=DriftRun(run_name=title, run_id=run.run_id, windows=windows),
             tearsheet=reports.tearsheet, plots=reports.plots, drift_report=reports.drift_report,
         )
         run.log_artifact(tmp, ARTIFACTS.reports)
@@ -67,6 +84,31 @@ def record_backtest(run: TrackedRun, result: BacktestResult, *, provenance: Prov
         tags["resumed_from"] = result.resumed_from  # ...made by this code fingerprint
     run.set_tags(tags)
     run.log_provenance(provenance)
+
+
+def run_evidence(result: BacktestResult, *, run_name: str | None = None, run_id: str | None = None) -> RunEvidence:
+    """The tearsheet's robustness block: the engine's headline metrics and guard verdicts as they are."""
+    return RunEvidence(
+        metrics=dict(result.metrics), leak_guard=result.leak_guard, feature_audit=result.feature_audit,
+        comparable=is_comparable(result.leak_guard, result.feature_audit), ndcg_depth=result.ndcg_depth,
+        run_name=run_name, run_id=run_id,
+    )
+
+
+def fold_windows(result: BacktestResult) -> pd.DataFrame:
+    """Each fold's training window (its drift reference) and test days (the scored dates it served)."""
+    return windows_of_folds(result.records, result.scores.index.get_level_values(0).unique())
+
+
+def fold_psi(result: BacktestResult, windows: pd.DataFrame | None = None,
+             max_rows: int | None = PSI_MAX_ROWS) -> pd.DataFrame:
+    """Fold x feature PSI: each fold's test days against its training window, at most ``max_rows``
+    evenly spaced rows a side (:func:`backtest.reports.drift.psi_by_fold`; ~1 s for 25 folds of 285
+    features)."""
+    windows = fold_windows(result) if windows is None else windows
+    matrix = result.features
+    return psi_by_fold(matrix.values, matrix.index.get_level_values(0), windows, result.feature_names,
+                       max_rows=max_rows)
 
 
 def importance_by_decision(result: BacktestResult) -> pd.DataFrame | None:

@@ -1,12 +1,15 @@
 """Report artifacts of a backtest. Every function writes only to the path or folder it is given.
 
-- :mod:`~backtest.reports.tearsheet`: quantstats HTML tearsheet vs the equal-weight benchmark.
+- :mod:`~backtest.reports.tearsheet`: quantstats HTML tearsheet vs the equal-weight benchmark, opened by
+  the run's robustness block (:class:`RunEvidence`).
 - :mod:`~backtest.reports.plots`: equity-curve and drawdown PNGs.
-- :mod:`~backtest.reports.drift`: feature-importance drift across folds, feature value drift (PSI, KS).
+- :mod:`~backtest.reports.drift`: feature-importance drift across folds, feature value drift (PSI, KS)
+  per fold, with heatmaps and flags.
 - :mod:`~backtest.reports.returns`: the daily-returns contract the three share.
 
 :func:`write_backtest_reports` writes them all into one folder, ready for
-``TrackedRun.log_artifact(folder, ARTIFACTS.reports)``.
+``TrackedRun.log_artifact(folder, ARTIFACTS.reports)``. ``python -m backtest.reports drift --run-id ID``
+rebuilds a recorded run's drift report from its artifacts (:mod:`backtest.reports.__main__`).
 """
 
 from __future__ import annotations
@@ -18,27 +21,35 @@ from pathlib import Path
 import pandas as pd
 
 from backtest.reports.drift import (
+    DriftRun,
     ImportanceDrift,
     feature_value_drift,
+    fold_windows,
     importance_drift,
     population_stability_index,
+    psi_by_fold,
     write_drift_report,
 )
-from backtest.reports.files import REPORT_FILES
+from backtest.reports.files import REPORT_FILES, STUDY_REPORT_FILES
 from backtest.reports.plots import plot_drawdown, plot_equity_curve
-from backtest.reports.tearsheet import Tearsheet, tearsheet_metrics, write_tearsheet
+from backtest.reports.tearsheet import RunEvidence, Tearsheet, tearsheet_metrics, write_tearsheet
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "REPORT_FILES",
+    "STUDY_REPORT_FILES",
+    "DriftRun",
     "ImportanceDrift",
+    "RunEvidence",
     "Tearsheet",
     "feature_value_drift",
+    "fold_windows",
     "importance_drift",
     "plot_drawdown",
     "plot_equity_curve",
     "population_stability_index",
+    "psi_by_fold",
     "tearsheet_metrics",
     "write_backtest_reports",
     "write_drift_report",
@@ -55,6 +66,9 @@ def write_backtest_reports(
     importance: pd.DataFrame | None = None,
     periods: pd.Series | Sequence[object] | None = None,
     value_drift: pd.DataFrame | None = None,
+    fold_psi: pd.DataFrame | None = None,
+    evidence: RunEvidence | None = None,
+    drift_run: DriftRun | None = None,
     tearsheet: bool = True,
     plots: bool = True,
     drift_report: bool = True,
@@ -71,6 +85,9 @@ def write_backtest_reports(
     importance : fold x feature gain, for the importance drift; None skips it.
     periods : period label per fold (default: the year of a dated fold index).
     value_drift : :func:`feature_value_drift` output; None skips it.
+    fold_psi : :func:`psi_by_fold` output (fold x feature); None skips the per-fold PSI part.
+    evidence : the run's robustness metrics and guard verdicts, for the tearsheet's opening block.
+    drift_run : the run's name, id and fold windows, for the drift report's header and PSI labels.
     tearsheet, plots, drift_report : which reports to write (the ``tracking`` config's switches).
     log_scale : logarithmic equity axis.
 
@@ -82,15 +99,16 @@ def write_backtest_reports(
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     if tearsheet:
-        sheet = write_tearsheet(returns, benchmark, directory / REPORT_FILES["tearsheet"], title=title)
+        sheet = write_tearsheet(returns, benchmark, directory / REPORT_FILES["tearsheet"], title=title,
+                                evidence=evidence)
         written.append(sheet.path)
     if plots:
         written.append(plot_equity_curve(returns, benchmark, directory / REPORT_FILES["equity"], log_scale=log_scale,
                                          title=f"{title}: equity curve"))
         written.append(plot_drawdown(returns, benchmark, directory / REPORT_FILES["drawdown"],
                                      title=f"{title}: drawdown"))
-    if drift_report and (importance is not None or value_drift is not None):
+    if drift_report and (importance is not None or value_drift is not None or fold_psi is not None):
         written += write_drift_report(directory / REPORT_FILES["drift"], importance=importance, periods=periods,
-                                      value_drift=value_drift)
+                                      value_drift=value_drift, fold_psi=fold_psi, run=drift_run)
     logger.info("wrote %d report files to %s", len(written), directory)
     return written

@@ -1,42 +1,73 @@
-"""Drift reports: how feature importance moves across folds, and how feature values move between the
-training window and the test window.
+"""Drift reports: how feature importance moves across folds, and how feature values move between each
+fold's training window and its test days.
 
 Importance drift
 ----------------
 Input: ``importance`` : DataFrame (fold x feature) of LightGBM gain, one row per fold (index: fold
 number, or the fold's first test date), NaN or missing = the feature was not used (gain 0). Gain grows
 with the number of trees, so each fold is first turned into **shares** (gain / total gain of the fold).
+A feature with zero gain in a fold is **unused** there: it gets no rank in that fold (it is not tied
+for last place), so unused features never make rank changes, jumps or rank stability.
 Outputs:
 
+- ranks: each used feature's rank in its fold (1 = largest share; ties share the average rank), NaN
+  where unused;
 - top features per period (calendar year of the fold by default): mean share over the period's folds;
-- rank stability: Spearman correlation of the importance of consecutive folds (1 = same order);
-- rank changes: each feature's rank (1 = most important) in the first and last fold and its range
-  over all folds, sorted by the range (the features whose importance rank changed most first).
+- rank stability: Spearman correlation of the shares of consecutive folds over the features used in
+  both (1 = same order), with how many features entered and left the model;
+- rank changes: each feature's rank in the first and last fold and its range over the folds that use
+  it, sorted by the range (the features whose importance rank changed most first);
+- importance jumps: a feature used in two consecutive folds whose rank moved by at least
+  :data:`IMPORTANCE_JUMP_RANKS` (20) places and that ranks within the top :data:`IMPORTANCE_JUMP_TOP`
+  (10) of one of the two folds: a top-10 feature that falls out of the top 30, or one that climbs into
+  the top 10 from beyond 30 (the heatmap shows 30 rows). Moves deep in the tail (rank 150 to 190 among
+  285 features) are noise of tree building and are not flagged. On the synthetic default market the
+  model's importance is unstable (Spearman ~0.3 between consecutive folds, 26 to 275 features used per
+  fold), and about 8 jumps per retrain are normal there; a stable signal gives far fewer.
 
 Feature value drift
 -------------------
 PSI and the two-sample Kolmogorov-Smirnov test (scipy) of every feature between a reference sample
-(the training window) and a current sample (the test window). PSI binning: the edges are the deciles of
+(a training window) and a current sample (test days). PSI binning: the edges are the deciles of
 the **reference** (``n_bins - 1`` interior quantiles, numpy's linear interpolation; duplicates merged
 for discrete features), bins are right-closed ``(edge[i-1], edge[i]]`` with open outer bins, and a bin
 proportion of 0 is replaced by ``eps`` = 1e-4 so that the logarithm stays finite::
 
     PSI = sum_b (p_cur[b] - p_ref[b]) * ln(p_cur[b] / p_ref[b])
 
-Usual reading: < 0.1 stable, 0.1-0.25 moderate shift, > 0.25 significant shift.
+Usual reading: < 0.1 stable, 0.1-0.25 moderate shift, > 0.25 significant shift (flagged).
+
+Per-fold PSI (:func:`psi_by_fold`): the reference of fold f is f's training window (the data its model
+learned from), the current sample is f's test days (the days it scored). Each side is cut to at most
+:data:`PSI_MAX_ROWS` evenly spaced rows (rows in (date, code) order, so every date keeps its share); at
+10,000 reference and 6,000 current rows the PSI of two samples of one distribution is about
+``(n_bins - 1) * (1/n_ref + 1/n_cur)`` = 0.002, far below the 0.1 of a moderate shift.
+
+The report
+----------
+:func:`write_drift_report` names the run, its test period and each fold's reference window, flags the
+features with PSI > :data:`PSI_SIGNIFICANT` and the importance jumps, and draws two heatmaps (PNG
+files next to the report, embedded in its HTML, linked from its markdown): PSI per feature and fold,
+and importance rank per feature and fold (the :data:`HEATMAP_FEATURES` features of largest mean share).
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import BoundaryNorm, ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 from scipy import stats
 
 from backtest.errors import DataContractError, preview
@@ -46,6 +77,17 @@ logger = logging.getLogger(__name__)
 PSI_EPS = 1e-4
 PSI_MODERATE = 0.1
 PSI_SIGNIFICANT = 0.25
+#: Rows of each side of a per-fold PSI (evenly spaced; see the module docstring for the noise floor).
+PSI_MAX_ROWS = 10_000
+#: An importance jump moves a used feature by at least this many rank places between consecutive folds...
+IMPORTANCE_JUMP_RANKS = 20
+#: ...and the feature ranks within this top in at least one of the two folds.
+IMPORTANCE_JUMP_TOP = 10
+#: Rows (features) of each heatmap.
+HEATMAP_FEATURES = 30
+#: The columns of a fold-window table (index: fold number): the reference (training) window and the
+#: test days of each fold, inclusive; ``test_start`` is the fold's decision date.
+FOLD_WINDOW_COLUMNS = ("train_start", "train_end", "test_start", "test_end")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -60,8 +102,7 @@ def psi_bin_edges(reference: np.ndarray, n_bins: int = 10) -> np.ndarray:
     >>> psi_bin_edges(np.array([1.0, 2.0, 3.0, 4.0]), n_bins=2)
     array([2.5])
     """
-    if n_bins < 2:
-        raise DataContractError(f"PSI: n_bins must be >= 2, received {n_bins}.")
+    _check_bins(n_bins)
     values = reference[np.isfinite(reference)]
     if values.size == 0:
         return np.empty(0)
@@ -94,21 +135,96 @@ def population_stability_index(
     """
     reference = np.asarray(reference).ravel()
     current = np.asarray(current).ravel()
-    edges = psi_bin_edges(reference, n_bins)
-    ref = reference[np.isfinite(reference)]
-    cur = current[np.isfinite(current)]
-    if ref.size == 0 or cur.size == 0:
-        return float("nan")
-    return _psi_from_edges(ref, cur, edges, eps)
+    return float(psi_per_column(reference[:, None], current[:, None], n_bins, eps)[0])
 
 
-def _psi_from_edges(ref: np.ndarray, cur: np.ndarray, edges: np.ndarray, eps: float) -> float:
-    n_bins = edges.size + 1
-    p_ref = np.bincount(np.searchsorted(edges, ref, side="left"), minlength=n_bins) / ref.size
-    p_cur = np.bincount(np.searchsorted(edges, cur, side="left"), minlength=n_bins) / cur.size
-    p_ref = np.maximum(p_ref, eps)
-    p_cur = np.maximum(p_cur, eps)
-    return float(np.sum((p_cur - p_ref) * np.log(p_cur / p_ref)))
+def psi_per_column(
+    reference: np.ndarray, current: np.ndarray, n_bins: int = 10, eps: float = PSI_EPS
+) -> np.ndarray:
+    """PSI of every column of ``current`` against the same column of ``reference``, vectorized.
+
+    The same statistic as :func:`population_stability_index` (which calls this): each column is sorted
+    once (NaN / inf last and ignored), the reference deciles are read off the sorted reference with
+    numpy's linear interpolation (the values ``np.quantile`` gives), and the bin counts of both sides
+    are binary searches of the edges in the sorted columns. A duplicated edge (a discrete feature)
+    makes an empty bin on both sides, which adds exactly 0, as merging the edges would.
+
+    Parameters
+    ----------
+    reference : array (n_ref_rows, n_features).
+    current : array (n_cur_rows, n_features), the same columns.
+    n_bins, eps : as in :func:`population_stability_index`.
+
+    Returns
+    -------
+    float64 array (n_features,): NaN for a column without finite values on either side.
+    """
+    _check_bins(n_bins)
+    ref, n_ref = _sorted_columns(reference)
+    cur, n_cur = _sorted_columns(current)
+    if ref.shape[0] != cur.shape[0]:
+        raise DataContractError(
+            f"PSI: reference has {ref.shape[0]} columns, current {cur.shape[0]}; expected the same features."
+        )
+    edges = _sorted_quantiles(ref, n_ref, np.linspace(0.0, 1.0, n_bins + 1)[1:-1])
+    p_ref = _bin_shares(ref, n_ref, edges, eps)
+    p_cur = _bin_shares(cur, n_cur, edges, eps)
+    psi = np.sum((p_cur - p_ref) * np.log(p_cur / p_ref), axis=1)
+    psi[(n_ref == 0) | (n_cur == 0)] = np.nan
+    return psi
+
+
+def _check_bins(n_bins: int) -> None:
+    if n_bins < 2:
+        raise DataContractError(f"PSI: n_bins must be >= 2, received {n_bins}.")
+
+
+def _sorted_columns(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(columns x rows) sorted ascending with the non-finite values moved to the end, and the number
+    of finite values of each column."""
+    matrix = np.asarray(matrix)
+    if matrix.ndim != 2:
+        raise DataContractError(f"PSI: expected a 2-D (rows x features) matrix, received shape {matrix.shape}.")
+    columns = np.array(matrix.T, dtype=np.result_type(matrix.dtype, np.float32), order="C")
+    infinite = np.isinf(columns)
+    if infinite.any():
+        columns[infinite] = np.nan  # inf would sort among the values; NaN sorts last
+    columns.sort(axis=1)
+    return columns, columns.shape[1] - np.isnan(columns).sum(axis=1)
+
+
+def _sorted_quantiles(columns: np.ndarray, counts: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``np.quantile(column[:count], q)`` (linear method) of each sorted column, in one pass.
+
+    Mirrors numpy's arithmetic (``numpy.lib._function_base_impl._lerp``) so that the edges are the
+    ones ``np.quantile`` returns; columns without values give NaN edges.
+    """
+    n = np.maximum(counts, 1)[:, None].astype(np.float64)
+    virtual = (n - 1) * q[None, :]
+    below = np.floor(virtual)
+    at_top = virtual >= n - 1
+    lower = np.where(at_top, n - 1, below).astype(np.intp)
+    upper = np.where(at_top, n - 1, below + 1).astype(np.intp)
+    gamma = virtual - np.where(at_top, -1.0, below)  # numpy: index -1 at the top (a == b there)
+    rows = np.arange(columns.shape[0])[:, None]
+    a, b = columns[rows, lower], columns[rows, upper]
+    diff = b - a
+    edges = a + diff * gamma
+    high = gamma >= 0.5
+    edges[high] = (b - diff * (1 - gamma))[high]
+    edges[counts == 0] = np.nan
+    return edges
+
+
+def _bin_shares(columns: np.ndarray, counts: np.ndarray, edges: np.ndarray, eps: float) -> np.ndarray:
+    """(columns x bins) share of each sorted column's values in the right-closed bins
+    ``(edge[i-1], edge[i]]``, floored at ``eps``."""
+    at_or_below = np.empty((columns.shape[0], edges.shape[1] + 2), dtype=np.int64)
+    at_or_below[:, 0] = 0
+    at_or_below[:, -1] = counts
+    for j in range(columns.shape[0]):
+        at_or_below[j, 1:-1] = columns[j, : counts[j]].searchsorted(edges[j], side="right")
+    return np.maximum(np.diff(at_or_below, axis=1) / np.maximum(counts, 1)[:, None], eps)
 
 
 def feature_value_drift(
@@ -154,8 +270,9 @@ def feature_value_drift(
             f"{len(names)}; expected the same features in the same order. Fix: select the same columns."
         )
     if max_rows is not None:
-        reference = _evenly_spaced_rows(reference, max_rows)
-        current = _evenly_spaced_rows(current, max_rows)
+        reference = reference[evenly_spaced(len(reference), max_rows)]
+        current = current[evenly_spaced(len(current), max_rows)]
+    psi = psi_per_column(reference, current, n_bins)
     rows = []
     for j, name in enumerate(names):
         ref = reference[:, j]
@@ -165,9 +282,8 @@ def feature_value_drift(
         if ref.size == 0 or cur.size == 0:
             rows.append((name, np.nan, np.nan, np.nan, ref.size, cur.size))
             continue
-        psi = _psi_from_edges(ref, cur, psi_bin_edges(ref, n_bins), PSI_EPS)
         ks = stats.ks_2samp(ref, cur, method="asymp")
-        rows.append((name, psi, float(ks.statistic), float(ks.pvalue), ref.size, cur.size))
+        rows.append((name, float(psi[j]), float(ks.statistic), float(ks.pvalue), ref.size, cur.size))
     table = pd.DataFrame(rows, columns=["feature", "psi", "ks_stat", "ks_pvalue", "n_ref", "n_cur"])
     table["psi_level"] = pd.cut(
         table["psi"],
@@ -178,12 +294,192 @@ def feature_value_drift(
     return table.set_index("feature")
 
 
-def _evenly_spaced_rows(matrix: np.ndarray, max_rows: int) -> np.ndarray:
+def evenly_spaced(n_rows: int, max_rows: int) -> np.ndarray:
+    """Positions of at most ``max_rows`` evenly spaced rows among ``n_rows`` (all when fewer), first and
+    last included: ``linspace(0, n_rows - 1, max_rows)`` rounded.
+
+    >>> evenly_spaced(10, 4).tolist(), evenly_spaced(3, 4).tolist()
+    ([0, 3, 6, 9], [0, 1, 2])
+    """
     if max_rows < 1:
         raise DataContractError(f"feature drift: max_rows must be >= 1 or None, received {max_rows}.")
-    if len(matrix) <= max_rows:
-        return matrix
-    return matrix[np.linspace(0, len(matrix) - 1, max_rows).round().astype(np.int64)]
+    if n_rows <= max_rows:
+        return np.arange(n_rows)
+    return np.linspace(0, n_rows - 1, max_rows).round().astype(np.int64)
+
+
+def psi_by_fold(
+    values: np.ndarray,
+    dates: pd.DatetimeIndex | np.ndarray,
+    windows: pd.DataFrame,
+    names: Sequence[str],
+    *,
+    max_rows: int | None = PSI_MAX_ROWS,
+    n_bins: int = 10,
+) -> pd.DataFrame:
+    """PSI of every feature in every fold: the fold's training window against its test days.
+
+    Parameters
+    ----------
+    values : feature matrix (n_rows, n_features), rows in date order (a ``FeatureMatrix``'s values).
+    dates : the date of each row (sorted ascending).
+    windows : :func:`fold_windows` table: indexed by fold, with ``train_start``, ``train_end`` (the
+        reference) and ``test_start``, ``test_end`` (the current sample), inclusive.
+    names : the feature names (column order).
+    max_rows : each side is cut to at most this many evenly spaced rows of its window
+        (:func:`evenly_spaced`); None uses every row.
+    n_bins : PSI quantile bins of the reference.
+
+    Returns
+    -------
+    DataFrame (fold x feature) of PSI, indexed like ``windows`` (index name ``fold``); NaN for a
+    feature without finite values on one side, or a fold whose window holds no row.
+
+    Cost: ~1 s for 25 folds of 285 features with 10,000 reference rows (2 shared cores), mostly the
+    column sorts; the row selection is two binary searches per window.
+    """
+    values = np.asarray(values)
+    names = list(names)
+    if values.ndim != 2 or values.shape[1] != len(names):
+        raise DataContractError(
+            f"per-fold PSI: values of shape {values.shape} for {len(names)} feature names; expected "
+            "(rows x features) with one name per column."
+        )
+    dates = pd.DatetimeIndex(dates)
+    if len(dates) != len(values):
+        raise DataContractError(f"per-fold PSI: {len(dates)} row dates for {len(values)} rows.")
+    if not dates.is_monotonic_increasing:
+        raise DataContractError("per-fold PSI: the rows must be in date order (a FeatureMatrix is).")
+    missing = [c for c in FOLD_WINDOW_COLUMNS if c not in windows.columns]
+    if missing:
+        raise DataContractError(f"per-fold PSI: the fold windows lack the columns {preview(missing)}.")
+    table = np.full((len(windows), len(names)), np.nan)
+    day = dates.to_numpy(dtype="datetime64[ns]")
+    for i, window in enumerate(windows.itertuples(index=False)):
+        ref = _window_rows(day, window.train_start, window.train_end, max_rows)
+        cur = _window_rows(day, window.test_start, window.test_end, max_rows)
+        if len(ref) and len(cur):
+            table[i] = psi_per_column(values[ref], values[cur], n_bins)
+    return pd.DataFrame(table, index=windows.index.rename("fold"), columns=pd.Index(names, name="feature"))
+
+
+def _window_rows(day: np.ndarray, first: object, last: object, max_rows: int | None) -> np.ndarray:
+    """Positions of the rows dated ``first .. last`` (inclusive), evenly thinned to ``max_rows``."""
+    if pd.isna(first) or pd.isna(last):
+        return np.empty(0, dtype=np.int64)
+    lo = int(np.searchsorted(day, np.datetime64(pd.Timestamp(first), "ns"), side="left"))
+    hi = int(np.searchsorted(day, np.datetime64(pd.Timestamp(last), "ns"), side="right"))
+    if max_rows is None:
+        return np.arange(lo, hi)
+    return lo + evenly_spaced(hi - lo, max_rows)
+
+
+def fold_windows(records: Sequence[Mapping[str, object]] | Sequence[object],
+                 test_dates: pd.DatetimeIndex | Sequence[object]) -> pd.DataFrame:
+    """Each fold's reference (training) window and test days.
+
+    Parameters
+    ----------
+    records : the folds' leakage records (:class:`backtest.leakage.LeakageRecord`, or their
+        ``to_dict()`` form as stored in ``guards/leakage_records.json``), in time order; read:
+        ``fold``, ``decision_date``, ``train_start``, ``train_end``.
+    test_dates : the decision dates of the test period (the dates that have scores).
+
+    Returns
+    -------
+    DataFrame indexed by ``fold`` with :data:`FOLD_WINDOW_COLUMNS`: fold f's test days are the test
+    dates from its decision date up to the day before the next fold's decision date (the last fold:
+    up to the last test date). A fold without test days gets NaT test bounds.
+    """
+    test = pd.DatetimeIndex(pd.to_datetime(list(test_dates))).unique().sort_values()
+    rows = [_record_fields(r) for r in records]
+    decisions = [row["decision_date"] for row in rows]
+    out = []
+    for i, row in enumerate(rows):
+        after = decisions[i + 1] if i + 1 < len(rows) else None
+        days = test[(test >= row["decision_date"]) & ((test < after) if after is not None else True)]
+        out.append({"fold": int(row["fold"]), "train_start": row["train_start"], "train_end": row["train_end"],
+                    "test_start": days[0] if len(days) else pd.NaT, "test_end": days[-1] if len(days) else pd.NaT})
+    frame = pd.DataFrame(out, columns=["fold", *FOLD_WINDOW_COLUMNS])
+    for column in FOLD_WINDOW_COLUMNS:
+        frame[column] = pd.to_datetime(frame[column]).astype("datetime64[ns]")
+    return frame.set_index("fold")
+
+
+def psi_artifact(psi: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+    """The stored form of a per-fold PSI table (``data/feature_psi.csv``): ``psi`` with each fold's
+    window as index levels ``fold, train_start, train_end, test_start, test_end`` (the slices it was
+    computed on), one column per feature. :func:`read_psi_artifact` reads it back."""
+    levels = windows.loc[psi.index, list(FOLD_WINDOW_COLUMNS)].reset_index()
+    levels["fold"] = psi.index.to_numpy()
+    return psi.set_axis(pd.MultiIndex.from_frame(levels[["fold", *FOLD_WINDOW_COLUMNS]]), axis=0)
+
+
+def read_psi_artifact(path: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Read ``data/feature_psi.csv`` (:func:`psi_artifact`) back as (fold x feature PSI, fold windows).
+
+    Raises
+    ------
+    DataContractError : a file without the fold and window columns.
+    """
+    head = ["fold", *FOLD_WINDOW_COLUMNS]
+    frame = pd.read_csv(path)
+    if list(frame.columns[: len(head)]) != head:
+        raise DataContractError(
+            f"per-fold PSI file {path}: expected the leading columns {', '.join(head)}, found "
+            f"{preview(frame.columns[: len(head)])}."
+        )
+    windows = frame[head].set_index("fold")
+    for column in FOLD_WINDOW_COLUMNS:
+        windows[column] = pd.to_datetime(windows[column]).astype("datetime64[ns]")
+    psi = frame.drop(columns=head).astype(np.float64)
+    psi.index = windows.index
+    psi.columns.name = "feature"
+    return psi, windows
+
+
+def _record_fields(record: Mapping[str, object] | object) -> dict[str, object]:
+    get = record.get if isinstance(record, Mapping) else lambda key: getattr(record, key)
+    try:
+        return {"fold": get("fold"), "decision_date": pd.Timestamp(get("decision_date")),
+                "train_start": pd.Timestamp(get("train_start")), "train_end": pd.Timestamp(get("train_end"))}
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise DataContractError(
+            f"fold windows: a leakage record lacks fold / decision_date / train_start / train_end ({exc})."
+        ) from None
+
+
+def psi_flags(psi: pd.DataFrame, threshold: float = PSI_SIGNIFICANT) -> pd.DataFrame:
+    """The features whose PSI exceeds ``threshold`` in at least one fold.
+
+    Parameters
+    ----------
+    psi : fold x feature PSI (:func:`psi_by_fold`), folds in time order.
+    threshold : flag PSI strictly above it (default: significant shift, 0.25).
+
+    Returns
+    -------
+    DataFrame indexed by ``feature``: ``folds_flagged`` (count), ``folds`` (number of folds with a
+    PSI), ``max_psi``, ``max_at`` (the fold of the largest PSI), ``first_flagged`` (the first fold above
+    the threshold); sorted by ``folds_flagged`` then ``max_psi``, largest first.
+    """
+    above = psi > threshold
+    flagged = above.columns[above.any(axis=0)]
+    columns = ["folds_flagged", "folds", "max_psi", "max_at", "first_flagged"]
+    if not len(flagged):
+        return pd.DataFrame(columns=columns, index=pd.Index([], name="feature"))
+    sub = psi[flagged]
+    table = pd.DataFrame(
+        {
+            "folds_flagged": above[flagged].sum(axis=0).astype(int),
+            "folds": sub.notna().sum(axis=0).astype(int),
+            "max_psi": sub.max(axis=0),
+            "max_at": sub.idxmax(axis=0),
+            "first_flagged": above[flagged].idxmax(axis=0),
+        }
+    )
+    table.index.name = "feature"
+    return table.sort_values(["folds_flagged", "max_psi"], ascending=[False, False], kind="stable")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -198,24 +494,39 @@ class ImportanceDrift:
     Attributes
     ----------
     shares : DataFrame (fold x feature), each fold's gain share; rows sum to 1.
+    ranks : DataFrame (fold x feature), rank among the fold's used features (1 = largest share,
+        ties averaged); NaN where the feature is unused (zero gain).
     top_by_period : DataFrame with columns ``period``, ``rank``, ``feature``, ``share`` (mean share over
         the period's folds), the ``top_n`` features of each period.
-    rank_stability : DataFrame with columns ``fold_from``, ``fold_to``, ``spearman``.
-    rank_changes : DataFrame indexed by feature: ``rank_first``, ``rank_last``, ``rank_change``
-        (last - first; positive = lost importance), ``rank_best``, ``rank_worst``, ``rank_range``,
-        ``mean_share``; sorted by ``rank_range`` (largest first), then ``mean_share``.
+    rank_stability : DataFrame with columns ``fold_from``, ``fold_to``, ``spearman`` (over the
+        ``n_used`` features used in both folds; NaN below 3), ``n_used``, ``n_entered`` (used in
+        ``fold_to`` only), ``n_left`` (used in ``fold_from`` only), ``n_jumps`` (importance jumps).
+    rank_changes : DataFrame indexed by feature: ``rank_first``, ``rank_last`` (NaN when unused in
+        that fold), ``rank_change`` (last - first; positive = lost importance), ``rank_best``,
+        ``rank_worst``, ``rank_range`` (over the folds that use it), ``folds_used``, ``mean_share``;
+        sorted by ``rank_range`` (largest first), then ``mean_share``.
+    jumps : DataFrame with columns ``feature``, ``fold_from``, ``fold_to``, ``rank_from``, ``rank_to``,
+        ``rank_change`` (to - from), one row per importance jump (module docstring), in fold order.
+    jump_ranks, jump_top : the jump thresholds used.
     """
 
     shares: pd.DataFrame
+    ranks: pd.DataFrame
     top_by_period: pd.DataFrame
     rank_stability: pd.DataFrame
     rank_changes: pd.DataFrame
+    jumps: pd.DataFrame
+    jump_ranks: int = IMPORTANCE_JUMP_RANKS
+    jump_top: int = IMPORTANCE_JUMP_TOP
 
 
 def importance_drift(
     importance: pd.DataFrame,
     periods: pd.Series | Sequence[object] | None = None,
     top_n: int = 10,
+    *,
+    jump_ranks: int = IMPORTANCE_JUMP_RANKS,
+    jump_top: int = IMPORTANCE_JUMP_TOP,
 ) -> ImportanceDrift:
     """Measure how feature importance moves across folds.
 
@@ -226,6 +537,8 @@ def importance_drift(
         row order), e.g. the calendar year of the fold's test window. None: the year of the index when
         it is a DatetimeIndex, else one period ``all``.
     top_n : features listed per period.
+    jump_ranks, jump_top : an importance jump moves a feature used in both of two consecutive folds by
+        at least ``jump_ranks`` places, and the feature ranks within the top ``jump_top`` of one of them.
 
     Returns
     -------
@@ -257,16 +570,25 @@ def importance_drift(
             top_rows.append((period, rank, feature, float(share)))
     top_by_period = pd.DataFrame(top_rows, columns=["period", "rank", "feature", "share"])
 
+    used = shares > 0
+    ranks = shares.where(used).rank(axis=1, ascending=False, method="average")
+
     stability_rows = []
     for i in range(1, len(shares)):
-        before, after = shares.iloc[i - 1].to_numpy(), shares.iloc[i].to_numpy()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", stats.ConstantInputWarning)
-            rho = float(stats.spearmanr(before, after).statistic)
-        stability_rows.append((shares.index[i - 1], shares.index[i], rho))
-    rank_stability = pd.DataFrame(stability_rows, columns=["fold_from", "fold_to", "spearman"])
+        before, after = used.iloc[i - 1].to_numpy(), used.iloc[i].to_numpy()
+        both = before & after
+        rho = float("nan")
+        if both.sum() >= 3:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", stats.ConstantInputWarning)
+                rho = float(stats.spearmanr(shares.iloc[i - 1].to_numpy()[both],
+                                            shares.iloc[i].to_numpy()[both]).statistic)
+        stability_rows.append((shares.index[i - 1], shares.index[i], rho, int(both.sum()),
+                               int((after & ~before).sum()), int((before & ~after).sum())))
+    rank_stability = pd.DataFrame(
+        stability_rows, columns=["fold_from", "fold_to", "spearman", "n_used", "n_entered", "n_left"]
+    )
 
-    ranks = shares.rank(axis=1, ascending=False, method="average")
     rank_changes = pd.DataFrame(
         {
             "rank_first": ranks.iloc[0],
@@ -275,12 +597,39 @@ def importance_drift(
             "rank_best": ranks.min(axis=0),
             "rank_worst": ranks.max(axis=0),
             "rank_range": ranks.max(axis=0) - ranks.min(axis=0),
+            "folds_used": used.sum(axis=0).astype(int),
             "mean_share": shares.mean(axis=0),
         }
     )
     rank_changes.index.name = "feature"
-    rank_changes = rank_changes.sort_values(["rank_range", "mean_share"], ascending=[False, False], kind="stable")
-    return ImportanceDrift(shares, top_by_period, rank_stability, rank_changes)
+    rank_changes = rank_changes.sort_values(["rank_range", "mean_share"], ascending=[False, False], kind="stable",
+                                            na_position="last")
+    jumps = importance_jumps(ranks, jump_ranks=jump_ranks, jump_top=jump_top)
+    per_step = jumps.groupby("fold_to").size() if len(jumps) else pd.Series(dtype=int)
+    rank_stability["n_jumps"] = [int(per_step.get(to, 0)) for to in rank_stability["fold_to"]]
+    return ImportanceDrift(shares, ranks, top_by_period, rank_stability, rank_changes, jumps, jump_ranks, jump_top)
+
+
+def importance_jumps(ranks: pd.DataFrame, *, jump_ranks: int = IMPORTANCE_JUMP_RANKS,
+                     jump_top: int = IMPORTANCE_JUMP_TOP) -> pd.DataFrame:
+    """The importance jumps of a rank table (:attr:`ImportanceDrift.ranks`; NaN = unused).
+
+    A jump: a feature ranked (used) in two consecutive folds, ``|rank_to - rank_from| >= jump_ranks``,
+    and ``min(rank_from, rank_to) <= jump_top``. Unused features (NaN) never jump.
+
+    >>> r = pd.DataFrame({"a": [1.0, 12.0], "b": [2.0, 1.0], "c": [np.nan, 2.0]}, index=[0, 1])
+    >>> importance_jumps(r, jump_ranks=10, jump_top=5)[["feature", "rank_from", "rank_to"]].values.tolist()
+    [['a', 1.0, 12.0]]
+    """
+    rows = []
+    for i in range(1, len(ranks)):
+        before, after = ranks.iloc[i - 1], ranks.iloc[i]
+        change = after - before  # NaN unless used in both folds
+        hit = (change.abs() >= jump_ranks) & (np.minimum(before, after) <= jump_top)
+        for feature in change.index[hit.fillna(False).to_numpy(bool)]:
+            rows.append((feature, ranks.index[i - 1], ranks.index[i], float(before[feature]), float(after[feature]),
+                         float(change[feature])))
+    return pd.DataFrame(rows, columns=["feature", "fold_from", "fold_to", "rank_from", "rank_to", "rank_change"])
 
 
 def _period_labels(importance: pd.DataFrame, periods: pd.Series | Sequence[object] | None) -> pd.Series:
@@ -305,9 +654,155 @@ def _period_labels(importance: pd.DataFrame, periods: pd.Series | Sequence[objec
     return pd.Series(labels, index=importance.index, name="period")
 
 
+def by_decision_date(table: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (indexed by fold number) re-indexed by each fold's decision date (``test_start`` of
+    :func:`fold_windows`), index name ``decision_date``.
+
+    Raises
+    ------
+    DataContractError : a fold of ``table`` that ``windows`` does not know.
+    """
+    missing = table.index.difference(windows.index)
+    if len(missing):
+        raise DataContractError(f"drift report: no fold window for folds {preview(missing)}.")
+    out = table.copy()
+    out.index = pd.DatetimeIndex(windows.loc[table.index, "test_start"], name="decision_date")
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Heatmaps
+# --------------------------------------------------------------------------------------------------
+
+_STYLE = {"font.family": "DejaVu Sans", "font.size": 8}
+#: PSI colour classes: stable (< 0.05, < 0.1), moderate (< 0.25), significant (< 0.5, < 1, >= 1).
+PSI_LEVELS = (0.0, 0.05, PSI_MODERATE, PSI_SIGNIFICANT, 0.5, 1.0)
+_PSI_COLORS = ("#f7f7f7", "#d9e8f5", "#fdd49e", "#f03b20", "#bd0026", "#67000d")
+
+
+def plot_psi_heatmap(psi: pd.DataFrame, path: Path | str, *, n_features: int = HEATMAP_FEATURES,
+                     dpi: int = 100) -> tuple[Path, pd.DataFrame]:
+    """Heatmap of PSI per feature (rows) and fold (columns), the ``n_features`` features with the
+    largest PSI in any fold, largest first; cells above :data:`PSI_SIGNIFICANT` carry their value.
+
+    Parameters
+    ----------
+    psi : fold x feature PSI (index: fold labels, e.g. decision dates), folds in time order.
+    path : the PNG to write.
+
+    Returns
+    -------
+    (Path, DataFrame) : the file and the matrix drawn (features top to bottom x folds).
+    """
+    peak = psi.max(axis=0).sort_values(ascending=False, na_position="last", kind="stable")
+    shown = list(peak.index[:n_features])
+    drawn = psi[shown].T.astype(np.float64)  # features x folds
+    matrix = drawn.to_numpy()
+    cmap = ListedColormap(_PSI_COLORS[:-1]).with_extremes(over=_PSI_COLORS[-1], bad="#bdbdbd")
+    norm = BoundaryNorm(PSI_LEVELS, cmap.N)
+    title = (f"PSI per fold: training window vs test days ({len(shown)} of {psi.shape[1]} features, "
+             f"largest PSI first; > {PSI_SIGNIFICANT} significant)")
+    with matplotlib.rc_context(_STYLE):
+        figure, axes = _heatmap_axes(matrix.shape, dpi)
+        image = axes.imshow(np.ma.masked_invalid(matrix), aspect="auto", cmap=cmap, norm=norm,
+                            interpolation="nearest")
+        for row, col in zip(*np.nonzero(np.nan_to_num(matrix) > PSI_SIGNIFICANT), strict=True):
+            axes.text(col, row, f"{matrix[row, col]:.2f}", ha="center", va="center", color="white", fontsize=5.5)
+        _label_axes(axes, shown, psi.index, title)
+        bar = figure.colorbar(image, ax=axes, extend="max", ticks=PSI_LEVELS, fraction=0.03, pad=0.02)
+        bar.set_label("PSI (grey: no values)")
+        return _save_png(figure, path), drawn
+
+
+def plot_importance_rank_heatmap(drift: ImportanceDrift, path: Path | str, *, n_features: int = HEATMAP_FEATURES,
+                                 dpi: int = 100) -> tuple[Path, pd.DataFrame]:
+    """Heatmap of each feature's importance rank (rows) per fold (columns): the ``n_features`` features
+    of largest mean gain share, largest first. Grey: unused in that fold (no rank); a red frame marks
+    the fold a jump lands in.
+
+    Returns
+    -------
+    (Path, DataFrame) : the file and the ranks drawn (features top to bottom x folds; NaN = unused).
+    """
+    order = drift.shares.mean(axis=0).sort_values(ascending=False, kind="stable")
+    shown = list(order.index[:n_features])
+    drawn = drift.ranks[shown].T.astype(np.float64)
+    matrix = drawn.to_numpy()
+    worst = max(2 * len(shown), 10)
+    base = matplotlib.colormaps["viridis_r"]
+    cmap = base.with_extremes(bad="#d9d9d9", over=base(1.0))
+    title = (f"Importance rank per fold (top {len(shown)} of {drift.shares.shape[1]} features by mean gain share; "
+             f"jump: >= {drift.jump_ranks} places within the top {drift.jump_top})")
+    with matplotlib.rc_context(_STYLE):
+        figure, axes = _heatmap_axes(matrix.shape, dpi)
+        image = axes.imshow(np.ma.masked_invalid(matrix), aspect="auto", cmap=cmap, vmin=1, vmax=worst,
+                            interpolation="nearest")
+        if matrix.size <= 2000:
+            for row, col in zip(*np.nonzero(np.isfinite(matrix)), strict=True):
+                value = matrix[row, col]
+                axes.text(col, row, f"{value:.0f}", ha="center", va="center", fontsize=5.5,
+                          color="black" if value < worst * 0.55 else "white")
+        position = {feature: i for i, feature in enumerate(shown)}
+        folds = list(drift.ranks.index)
+        for jump in drift.jumps.itertuples(index=False):
+            if jump.feature in position:
+                axes.add_patch(Rectangle((folds.index(jump.fold_to) - 0.5, position[jump.feature] - 0.5), 1, 1,
+                                         fill=False, edgecolor="#e31a1c", linewidth=1.6))
+        _label_axes(axes, shown, drift.ranks.index, title)
+        bar = figure.colorbar(image, ax=axes, extend="max", fraction=0.03, pad=0.02)
+        bar.set_label("rank among the fold's used features (1 = largest gain share; grey: unused)")
+        bar.ax.invert_yaxis()
+        return _save_png(figure, path), drawn
+
+
+def _heatmap_axes(shape: tuple[int, int], dpi: int):
+    rows, cols = shape
+    figure = Figure(figsize=(min(4.0 + 0.32 * cols, 32.0), 1.6 + 0.24 * max(rows, 1)), dpi=dpi)
+    FigureCanvasAgg(figure)
+    return figure, figure.add_subplot()
+
+
+def _label_axes(axes, features: Sequence[str], folds: pd.Index, title: str) -> None:
+    axes.set_yticks(range(len(features)), labels=list(features))
+    axes.set_xticks(range(len(folds)), labels=[_label(f) for f in folds], rotation=90)
+    axes.set_xlabel("fold (decision date)" if isinstance(folds, pd.DatetimeIndex) else "fold")
+    axes.set_title(title, fontsize=8.5, loc="left")
+    axes.tick_params(length=0)
+
+
+def _save_png(figure: Figure, path: Path | str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(path, format="png")
+    return path
+
+
 # --------------------------------------------------------------------------------------------------
 # Writing the report
 # --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DriftRun:
+    """Which run a drift report is about.
+
+    Attributes
+    ----------
+    run_name, run_id : the tracked run (either may be None).
+    windows : :func:`fold_windows`: each fold's reference (training) window and test days.
+    """
+
+    run_name: str | None = None
+    run_id: str | None = None
+    windows: pd.DataFrame | None = None
+
+    @property
+    def test_period(self) -> tuple[pd.Timestamp, pd.Timestamp] | None:
+        """First and last test day over the folds; None without windows."""
+        if self.windows is None or self.windows["test_start"].isna().all():
+            return None
+        return self.windows["test_start"].min(), self.windows["test_end"].max()
 
 
 def write_drift_report(
@@ -316,9 +811,14 @@ def write_drift_report(
     importance: pd.DataFrame | None = None,
     periods: pd.Series | Sequence[object] | None = None,
     value_drift: pd.DataFrame | None = None,
+    fold_psi: pd.DataFrame | None = None,
+    run: DriftRun | None = None,
     top_n: int = 10,
+    heatmap_features: int = HEATMAP_FEATURES,
+    jump_ranks: int = IMPORTANCE_JUMP_RANKS,
+    jump_top: int = IMPORTANCE_JUMP_TOP,
 ) -> list[Path]:
-    """Write the drift report into ``directory``: CSV tables plus ``drift_report.md`` and ``.html``.
+    """Write the drift report into ``directory``: CSV tables, heatmaps, ``drift_report.md`` and ``.html``.
 
     Parameters
     ----------
@@ -327,68 +827,174 @@ def write_drift_report(
     periods : period labels of the folds (see :func:`importance_drift`).
     value_drift : output of :func:`feature_value_drift` (optionally with more columns, e.g. ``fold``),
         or None to skip that part.
+    fold_psi : fold x feature PSI (:func:`psi_by_fold`, indexed by fold number), or None.
+    run : the run's name, id and fold windows; with windows, ``fold_psi`` is shown by decision date.
     top_n : rows shown per table in the markdown / HTML summary (the CSVs hold everything).
+    heatmap_features : rows of each heatmap.
+    jump_ranks, jump_top : importance jump thresholds (:func:`importance_jumps`).
 
     Returns
     -------
-    list of Path : the files written: ``importance_shares.csv``, ``importance_top_by_period.csv``,
-    ``importance_rank_stability.csv``, ``importance_rank_changes.csv``, ``feature_value_drift.csv``
-    (those whose input was given), ``drift_report.md``, ``drift_report.html``.
+    list of Path : the files written, in this order (those whose input was given):
+    ``importance_shares.csv``, ``importance_ranks.csv``, ``importance_top_by_period.csv``,
+    ``importance_rank_stability.csv``, ``importance_rank_changes.csv``, ``importance_jumps.csv``,
+    ``importance_rank_heatmap.png``, ``psi_by_fold.csv``, ``psi_flags.csv``, ``psi_heatmap.png``,
+    ``feature_value_drift.csv``, ``drift_report.md``, ``drift_report.html``.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    run = run or DriftRun()
     written: list[Path] = []
-    sections: list[tuple[str, str, pd.DataFrame]] = []
+    sections: list[_Section] = []
 
     def save(frame: pd.DataFrame, name: str, index: bool) -> None:
         path = directory / name
         frame.to_csv(path, index=index)
         written.append(path)
 
+    if run.windows is not None:
+        sections.append(_Section(
+            "Reference windows",
+            "Each fold's reference is its own training window (the data its model learned from); the current "
+            "sample is its test days (the days it scored). test_start is the fold's decision date.",
+            run.windows.reset_index(),
+        ))
+    flag_sections: list[_Section] = []
+    figure_sections: list[_Section] = []
+    drift_sections: list[_Section] = []
     if importance is not None:
-        drift = importance_drift(importance, periods, top_n=max(top_n, 1))
+        drift = importance_drift(importance, periods, top_n=max(top_n, 1), jump_ranks=jump_ranks, jump_top=jump_top)
         save(drift.shares, "importance_shares.csv", index=True)
+        save(drift.ranks, "importance_ranks.csv", index=True)
         save(drift.top_by_period, "importance_top_by_period.csv", index=False)
         save(drift.rank_stability, "importance_rank_stability.csv", index=False)
         save(drift.rank_changes, "importance_rank_changes.csv", index=True)
-        sections += [
-            ("Top features per period (mean gain share)", "", drift.top_by_period),
-            (
-                "Rank stability between consecutive folds (Spearman)",
-                f"mean {drift.rank_stability['spearman'].mean():.3f}" if len(drift.rank_stability) else "one fold",
+        save(drift.jumps, "importance_jumps.csv", index=False)
+        png, shown = plot_importance_rank_heatmap(drift, directory / "importance_rank_heatmap.png",
+                                                  n_features=heatmap_features)
+        written.append(png)
+        flag_sections.append(_Section(
+            f"Importance jumps ({len(drift.jumps)})",
+            f"A feature used in two consecutive folds whose rank moved by >= {jump_ranks} places, ranked within "
+            f"the top {jump_top} in one of them; largest moves first (all in importance_jumps.csv). Features "
+            "with zero gain in a fold have no rank there: they neither jump nor count in the rank stability.",
+            drift.jumps.iloc[np.argsort(-drift.jumps["rank_change"].abs().to_numpy(), kind="stable")]
+            .head(max(top_n, 30)),
+        ))
+        figure_sections.append(_Section(
+            "Importance rank per feature and fold",
+            f"{len(shown)} features of largest mean gain share; number = rank among the fold's used features; "
+            "grey = unused; red frame = a jump lands there.", None, png,
+        ))
+        stability = drift.rank_stability["spearman"]
+        drift_sections += [
+            _Section("Top features per period (mean gain share)", "", drift.top_by_period),
+            _Section(
+                "Rank stability between consecutive folds (Spearman over the features used in both)",
+                f"mean {stability.mean():.3f}" if stability.notna().any() else "fewer than two comparable folds",
                 drift.rank_stability,
             ),
-            ("Features whose importance rank changed most", "", drift.rank_changes.head(top_n).reset_index()),
+            _Section("Features whose importance rank changed most", "", drift.rank_changes.head(top_n).reset_index()),
         ]
+    if fold_psi is not None:
+        dated = fold_psi
+        if run.windows is not None:
+            dated = by_decision_date(fold_psi, run.windows)
+        save(fold_psi, "psi_by_fold.csv", index=True)
+        flags = psi_flags(dated)
+        save(flags, "psi_flags.csv", index=True)
+        png, shown = plot_psi_heatmap(dated, directory / "psi_heatmap.png", n_features=heatmap_features)
+        written.append(png)
+        flag_sections.insert(0, _Section(
+            f"Features with PSI > {PSI_SIGNIFICANT} in a fold ({len(flags)} of {fold_psi.shape[1]})",
+            "PSI of the fold's test days against its training window; < 0.1 stable, 0.1-0.25 moderate, "
+            "> 0.25 significant.",
+            flags.head(max(top_n, 30)).reset_index(),
+        ))
+        figure_sections.insert(0, _Section(
+            "PSI per feature and fold",
+            f"{len(shown)} features with the largest PSI in any fold; the full table is psi_by_fold.csv.", None, png,
+        ))
     if value_drift is not None:
         save(value_drift, "feature_value_drift.csv", index=True)
-        shown = value_drift.sort_values("psi", ascending=False, na_position="last").head(top_n).reset_index()
-        sections.append(
-            (
-                "Feature value drift, training vs test window (largest PSI first)",
-                "PSI < 0.1 stable, 0.1-0.25 moderate, > 0.25 significant; KS two-sample test",
-                shown,
-            )
-        )
-    markdown = ["# Feature drift report", ""]
-    body = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>Feature drift report</title>",
-            "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-            "td,th{border-bottom:1px solid #ddd;padding:3px 10px;text-align:right}</style></head><body>",
-            "<h1>Feature drift report</h1>"]
-    if not sections:
-        markdown.append("No importance or feature values were given.")
-        body.append("<p>No importance or feature values were given.</p>")
-    for heading, note, frame in sections:
-        markdown += [f"## {heading}", ""] + ([note, ""] if note else []) + [markdown_table(frame), ""]
-        body.append(f"<h2>{html.escape(heading)}</h2>" + (f"<p>{html.escape(note)}</p>" if note else ""))
-        shown = frame.apply(lambda col: col.map(_label) if col.dtype.kind == "M" else col)
-        body.append(shown.to_html(index=False, float_format=lambda x: f"{x:.4g}", border=0))
-    body.append("</body></html>")
-    md_path = directory / "drift_report.md"
-    md_path.write_text("\n".join(markdown), encoding="utf-8")
-    html_path = directory / "drift_report.html"
-    html_path.write_text("\n".join(body), encoding="utf-8")
+        shown_drift = value_drift.sort_values("psi", ascending=False, na_position="last").head(top_n).reset_index()
+        drift_sections.append(_Section(
+            "Feature value drift, training vs test window (largest PSI first)",
+            "PSI < 0.1 stable, 0.1-0.25 moderate, > 0.25 significant; KS two-sample test",
+            shown_drift,
+        ))
+    sections += flag_sections + figure_sections + drift_sections
+    md_path, html_path = directory / "drift_report.md", directory / "drift_report.html"
+    md_path.write_text(_markdown(run, sections), encoding="utf-8")
+    html_path.write_text(_html(run, sections), encoding="utf-8")
     return [*written, md_path, html_path]
+
+
+@dataclass(frozen=True)
+class _Section:
+    heading: str
+    note: str
+    table: pd.DataFrame | None
+    figure: Path | None = None
+
+
+def _title(run: DriftRun) -> str:
+    return "Feature drift report" + (f": {run.run_name}" if run.run_name else "")
+
+
+def _header_lines(run: DriftRun) -> list[str]:
+    lines = []
+    if run.run_id:
+        lines.append(f"MLflow run {run.run_id}")
+    period = run.test_period
+    if period is not None:
+        n_folds = len(run.windows) if run.windows is not None else 0
+        lines.append(f"test period {_label(period[0])} .. {_label(period[1])}, {n_folds} folds")
+    return lines
+
+
+def _markdown(run: DriftRun, sections: list[_Section]) -> str:
+    out = [f"# {_title(run)}", ""]
+    header = _header_lines(run)
+    if header:
+        out += ["; ".join(header), ""]
+    if not sections:
+        out.append("No importance or feature values were given.")
+    for section in sections:
+        out += [f"## {section.heading}", ""] + ([section.note, ""] if section.note else [])
+        if section.figure is not None:
+            out += [f"![{section.heading}]({section.figure.name})", ""]
+        if section.table is not None:
+            out += [markdown_table(section.table) if len(section.table) else "(none)", ""]
+    return "\n".join(out)
+
+
+def _html(run: DriftRun, sections: list[_Section]) -> str:
+    title = html.escape(_title(run))
+    body = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title>",
+            "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+            "td,th{border-bottom:1px solid #ddd;padding:3px 10px;text-align:right}"
+            "img{max-width:100%}.run{color:#555}</style></head><body>",
+            f"<h1>{title}</h1>"]
+    header = _header_lines(run)
+    if header:
+        body.append(f"<p class='run'>{html.escape('; '.join(header))}</p>")
+    if not sections:
+        body.append("<p>No importance or feature values were given.</p>")
+    for section in sections:
+        body.append(f"<h2>{html.escape(section.heading)}</h2>"
+                    + (f"<p>{html.escape(section.note)}</p>" if section.note else ""))
+        if section.figure is not None:
+            data = base64.b64encode(section.figure.read_bytes()).decode("ascii")
+            body.append(f"<img alt='{html.escape(section.heading)}' src='data:image/png;base64,{data}'>")
+        if section.table is not None:
+            if not len(section.table):
+                body.append("<p>(none)</p>")
+                continue
+            shown = section.table.apply(lambda col: col.map(_label) if col.dtype.kind == "M" else col)
+            body.append(shown.to_html(index=False, float_format=lambda x: f"{x:.4g}", border=0, na_rep=""))
+    body.append("</body></html>")
+    return "\n".join(body)
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
@@ -403,6 +1009,8 @@ def markdown_table(frame: pd.DataFrame) -> str:
     def cell(value: object) -> str:
         if isinstance(value, (float, np.floating)):
             return "" if np.isnan(value) else f"{value:.4g}"
+        if value is pd.NaT:
+            return ""
         return _label(value).replace("|", "\\|")
 
     lines = ["| " + " | ".join(str(c) for c in frame.columns) + " |", "|" + "---|" * len(frame.columns)]

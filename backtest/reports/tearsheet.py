@@ -14,6 +14,17 @@ download one). Its traps, handled here:
   so a run never fails for its tearsheet. Errors of ours (bad input, unwritable path) still raise.
 - ``match_dates=False``: the report covers exactly the test period given (quantstats would otherwise
   drop leading days where either series is 0).
+- its rolling charts (rolling beta, volatility, Sharpe and Sortino) use a 6-month window
+  (``ceil(periods_per_year / 2)`` = 126 days; the beta's second line 12 months): on a short test they are
+  empty axes. They are kept only when the test period holds at least :func:`rolling_min_days` = two such
+  windows (252 trading days), so that each curve spans at least half of the period; below that they are
+  removed from the page (their ``<div id="rolling_...">`` blocks), and a note says so.
+
+The page opens with the project's own evidence, before any quantstats content (:func:`robustness_html`):
+the Sharpe ratio and annual return with and without the best month and the best 3 months, the Sharpe's
+bootstrap interval, PSR and DSR, rank IC and ICIR, NDCG, and the leak guard, feature audit and
+comparable verdicts. Those numbers are the run's own (:class:`RunEvidence`, from the engine's metrics
+and guards), never recomputed here. The page title and heading name the run and its test period.
 """
 
 from __future__ import annotations
@@ -21,10 +32,12 @@ from __future__ import annotations
 import contextlib
 import html
 import logging
+import math
+import re
 import sys
 import warnings
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -66,6 +79,45 @@ class Tearsheet:
     reason: str | None = None
 
 
+@dataclass(frozen=True)
+class RunEvidence:
+    """What a run proves beyond its returns: the numbers of the tearsheet's robustness block.
+
+    Attributes
+    ----------
+    metrics : the run's headline metrics (``BacktestResult.metrics``): ``sharpe``, ``ann_return``,
+        ``sharpe_ex_best_month``, ``ann_return_ex_best_month``, ``sharpe_ex_best_3_months``,
+        ``ann_return_ex_best_3_months``, ``sharpe_ci_low``, ``sharpe_ci_high``, ``psr``, ``dsr``,
+        ``rank_ic_mean``, ``icir``, ``ndcg_at_<ndcg_depth>``; a missing key shows as ``-``.
+    leak_guard, feature_audit : the guard verdicts (``passed`` / ``failed`` / ``disabled``).
+    comparable : :func:`backtest.leakage.is_comparable` of the two.
+    ndcg_depth : which ``ndcg_at_<k>`` is the headline NDCG.
+    run_name, run_id : the tracked run, named on the page.
+    """
+
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    leak_guard: str = "unknown"
+    feature_audit: str = "unknown"
+    comparable: bool = False
+    ndcg_depth: int = 5
+    run_name: str | None = None
+    run_id: str | None = None
+
+
+def rolling_min_days(periods_per_year: int = metrics.PERIODS_PER_YEAR) -> int:
+    """Fewest test days for which the tearsheet keeps quantstats' rolling charts: two of their 6-month
+    windows (``2 * ceil(periods_per_year / 2)``), so that each curve spans at least half the period.
+
+    >>> rolling_min_days(252)
+    252
+    """
+    return 2 * math.ceil(periods_per_year / 2)
+
+
+#: quantstats' figure blocks of the rolling charts, removed on tests shorter than :func:`rolling_min_days`.
+ROLLING_CHARTS = ("rolling_beta", "rolling_vol", "rolling_sharpe", "rolling_sortino")
+
+
 def write_tearsheet(
     returns: pd.Series,
     benchmark: pd.Series,
@@ -73,6 +125,7 @@ def write_tearsheet(
     *,
     title: str = "Strategy tearsheet",
     periods_per_year: int = metrics.PERIODS_PER_YEAR,
+    evidence: RunEvidence | None = None,
 ) -> Tearsheet:
     """Write the HTML tearsheet of daily strategy returns against the equal-weight benchmark.
 
@@ -81,8 +134,10 @@ def write_tearsheet(
     returns : Series indexed by date, the strategy's daily returns (see ``backtest.reports.returns``).
     benchmark : Series on the same dates, the equal-weight benchmark's daily returns.
     path : the HTML file to write (its folder is created).
-    title : report title.
+    title : report title (the run name); the page title and heading add the test period.
     periods_per_year : annualization (``backtest.metrics.PERIODS_PER_YEAR``).
+    evidence : the run's robustness numbers and guard verdicts, shown first; None shows a note that
+        the run's evidence was not given.
 
     Returns
     -------
@@ -96,6 +151,8 @@ def write_tearsheet(
     assert bench is not None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    heading = page_heading(title, strategy.index)
+    block = robustness_html(evidence, ndays=len(strategy), periods_per_year=periods_per_year)
     try:
         with _quiet_matplotlib():
             import quantstats as qs
@@ -104,12 +161,15 @@ def write_tearsheet(
                 strategy,
                 benchmark=bench,
                 output=str(path),
-                title=title,
+                title=heading,
                 periods_per_year=periods_per_year,
                 match_dates=False,
                 benchmark_title="Equal weight",
                 strategy_title="Strategy",
             )
+        page = path.read_text(encoding="utf-8")
+        path.write_text(_with_evidence(page, heading, block, len(strategy) < rolling_min_days(periods_per_year)),
+                        encoding="utf-8")
         return Tearsheet(path, "quantstats")
     except QUANTSTATS_BREAKAGE as exc:
         if not _raised_inside_quantstats(exc):
@@ -120,8 +180,113 @@ def write_tearsheet(
             reason,
             path,
         )
-    path.write_text(fallback_html(strategy, bench, title, periods_per_year, reason), encoding="utf-8")
+    path.write_text(fallback_html(strategy, bench, title, periods_per_year, reason, evidence=evidence),
+                    encoding="utf-8")
     return Tearsheet(path, "fallback", reason)
+
+
+def page_heading(title: str, dates: pd.DatetimeIndex) -> str:
+    """``<title>: test <first>..<last>`` for the page title and heading.
+
+    >>> page_heading("lambdarank-all", pd.DatetimeIndex(["2024-01-02", "2025-12-31"]))
+    'lambdarank-all: test 2024-01-02..2025-12-31'
+    """
+    return f"{title}: test {dates[0]:%Y-%m-%d}..{dates[-1]:%Y-%m-%d}"
+
+
+def _fmt(value: object, spec: str) -> str:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "-"
+    return format(number, spec) if math.isfinite(number) else "-"
+
+
+def robustness_html(evidence: RunEvidence | None, *, ndays: int | None = None,
+                    periods_per_year: int = metrics.PERIODS_PER_YEAR) -> str:
+    """The robustness block that opens the tearsheet: a ``<section id="robustness">`` of two tables
+    (Sharpe and annual return with and without the best months; interval, PSR, DSR, rank IC, NDCG) and
+    the guard verdicts, all read from ``evidence`` (never recomputed).
+
+    Cells read ``<tr><td>label</td><td>value</td>...</tr>``; a missing or non-finite value is ``-``.
+    """
+    style = ("<style>#robustness{max-width:960px;margin:0 auto 30px auto;font:13px/1.4 sans-serif}"
+             "#robustness table{width:auto;margin:0 30px 12px 0;border-collapse:collapse;display:inline-table;"
+             "vertical-align:top}#robustness td,#robustness th{padding:3px 10px;border-bottom:1px solid #ddd;"
+             "text-align:right}#robustness td:first-child,#robustness th:first-child{text-align:left}"
+             "#robustness .pass{color:#1a7f37;font-weight:bold}#robustness .fail{color:#c62828;font-weight:bold}"
+             "#robustness .warn{background:#fdecea;color:#c62828;padding:6px 10px;font-weight:bold}"
+             "#robustness .note{color:#666}</style>")
+    if evidence is None:
+        return (f"{style}<section id='robustness'><h2>Robustness</h2><p class='note'>The run's robustness "
+                "metrics and guard verdicts were not given to this report.</p></section>")
+    m = evidence.metrics
+    returns_rows = [
+        ("full test period", "sharpe", "ann_return"),
+        ("without the best month", "sharpe_ex_best_month", "ann_return_ex_best_month"),
+        ("without the best 3 months", "sharpe_ex_best_3_months", "ann_return_ex_best_3_months"),
+    ]
+    first = "".join(
+        f"<tr><td>{label}</td><td>{_fmt(m.get(sharpe), '.2f')}</td><td>{_fmt(m.get(ann), '.2%')}</td></tr>"
+        for label, sharpe, ann in returns_rows
+    )
+    k = evidence.ndcg_depth
+    interval = f"[{_fmt(m.get('sharpe_ci_low'), '.2f')}, {_fmt(m.get('sharpe_ci_high'), '.2f')}]"
+    second = "".join(f"<tr><td>{label}</td><td>{value}</td></tr>" for label, value in [
+        ("Sharpe 95% interval (block bootstrap)", interval),
+        ("PSR (P[Sharpe &gt; 0])", _fmt(m.get("psr"), ".3f")),
+        ("DSR (deflated for the study's trials)", _fmt(m.get("dsr"), ".3f")),
+        ("rank IC (mean daily)", _fmt(m.get("rank_ic_mean"), "+.4f")),
+        ("ICIR", _fmt(m.get("icir"), "+.3f")),
+        (f"NDCG@{k}", _fmt(m.get(f"ndcg_at_{k}"), ".4f")),
+    ])
+    guards = "".join(
+        f"<tr><td>{label}</td><td class='{'pass' if ok else 'fail'}'>{html.escape(value)}</td></tr>"
+        for label, value, ok in [
+            ("leak guard", evidence.leak_guard, evidence.leak_guard == "passed"),
+            ("feature audit", evidence.feature_audit, evidence.feature_audit == "passed"),
+            ("comparable", "yes" if evidence.comparable else "NO", evidence.comparable),
+        ]
+    )
+    warning = "" if evidence.comparable else (
+        "<p class='warn'>Not comparable: a leakage guard failed or was switched off. These numbers must not be "
+        "compared with other runs.</p>")
+    run = " ".join(html.escape(x) for x in (
+        evidence.run_name and f"run {evidence.run_name}", evidence.run_id and f"(MLflow {evidence.run_id})") if x)
+    rolling = ""
+    if ndays is not None and ndays < rolling_min_days(periods_per_year):
+        rolling = (f"<p class='note'>The rolling beta / volatility / Sharpe / Sortino charts are left out: the test "
+                   f"period has {ndays} trading days, fewer than the {rolling_min_days(periods_per_year)} (two "
+                   "6-month windows) they need.</p>")
+    return (
+        f"{style}<section id='robustness'><h2>Robustness{': ' + run if run else ''}</h2>{warning}"
+        "<table><thead><tr><th>Strategy</th><th>Sharpe</th><th>annual return</th></tr></thead>"
+        f"<tbody>{first}</tbody></table>"
+        f"<table><thead><tr><th>Evidence</th><th>value</th></tr></thead><tbody>{second}</tbody></table>"
+        f"<table><thead><tr><th>Guards</th><th>verdict</th></tr></thead><tbody>{guards}</tbody></table>"
+        f"{rolling}</section><hr>"
+    )
+
+
+def _with_evidence(page: str, heading: str, block: str, hide_rolling: bool) -> str:
+    """quantstats' page with our title, the robustness block before its content, and without the
+    rolling charts when ``hide_rolling``.
+
+    The block goes before quantstats' ``<div id="left">`` (its charts; the metrics column follows them),
+    else right after ``<body>``; the page title replaces quantstats' fixed one.
+    """
+    page = re.sub(r"<title>.*?</title>", lambda _: f"<title>{html.escape(heading)}</title>", page, count=1,
+                  flags=re.DOTALL)
+    if hide_rolling:
+        names = "|".join(ROLLING_CHARTS)
+        page = re.sub(rf'\s*<div id="(?:{names})">.*?</div>', "", page, flags=re.DOTALL)
+    marker = '<div id="left">'
+    if marker in page:
+        return page.replace(marker, block + marker, 1)
+    body = re.search(r"<body[^>]*>", page)
+    if body:
+        return page[: body.end()] + block + page[body.end():]
+    return block + page
 
 
 def tearsheet_metrics(
@@ -193,8 +358,11 @@ def fallback_html(
     title: str,
     periods_per_year: int = metrics.PERIODS_PER_YEAR,
     reason: str | None = None,
+    *,
+    evidence: RunEvidence | None = None,
 ) -> str:
-    """A self-contained HTML page with :func:`tearsheet_metrics` and the returns of each year.
+    """A self-contained HTML page: the robustness block (:func:`robustness_html`), then
+    :func:`tearsheet_metrics` and the returns of each year.
 
     Rows read ``<tr><td>Sharpe</td><td>benchmark</td><td>strategy</td></tr>`` like quantstats' table.
     """
@@ -214,12 +382,15 @@ def fallback_html(
         f"<p class='note'>Reduced report: quantstats failed ({html.escape(reason)}).</p>" if reason else ""
     )
     first, last = returns.index[0].date(), returns.index[-1].date()
+    heading = html.escape(page_heading(title, returns.index))
+    block = robustness_html(evidence)
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<html lang="en"><head><meta charset="utf-8"><title>{heading}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
 td,th{{border-bottom:1px solid #ddd;padding:4px 12px;text-align:right}}td:first-child{{text-align:left}}
 .note{{color:#a60}}</style></head>
-<body><h1>{html.escape(title)}</h1><p>{first} - {last}, {len(returns)} trading days, benchmark: equal weight</p>
+<body><h1>{heading}</h1><p>{first} - {last}, {len(returns)} trading days, benchmark: equal weight</p>
+{block}
 {note}
 <h3>Key Performance Metrics</h3>
 <table><thead><tr><th>Metric</th><th>Equal weight</th><th>Strategy</th></tr></thead><tbody>

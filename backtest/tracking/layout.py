@@ -31,6 +31,9 @@ class RunArtifacts:
     periods: str = "data/periods.csv"  # one row per rebalance period
     fold_metrics: str = "data/fold_metrics.csv"  # one row per fold (also logged as fold/<name>, step = fold)
     feature_importance: str = "data/feature_importance.csv"  # fold x feature gain
+    # fold x feature PSI of each fold's test days against its training window; index columns fold,
+    # train_start, train_end, test_start, test_end (backtest.reports.drift.psi_by_fold / fold_windows)
+    feature_psi: str = "data/feature_psi.csv"
     leakage_records: str = "guards/leakage_records.json"  # one LeakageRecord per fold
     feature_audit: str = "guards/feature_audit.json"  # the look-ahead audit's verdict and offenders
     reports: str = "reports"  # folder: tearsheet, plots, drift report

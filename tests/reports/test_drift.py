@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import matplotlib.image
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,10 +14,22 @@ from scipy import stats
 from backtest.errors import DataContractError
 from backtest.reports.drift import (
     PSI_EPS,
+    PSI_SIGNIFICANT,
+    DriftRun,
+    evenly_spaced,
     feature_value_drift,
+    fold_windows,
     importance_drift,
+    importance_jumps,
+    plot_importance_rank_heatmap,
+    plot_psi_heatmap,
     population_stability_index,
+    psi_artifact,
     psi_bin_edges,
+    psi_by_fold,
+    psi_flags,
+    psi_per_column,
+    read_psi_artifact,
     write_drift_report,
 )
 
@@ -153,13 +166,142 @@ def test_explicit_periods_and_missing_gain() -> None:
         importance_drift(-importance.fillna(0))
 
 
+def test_unused_features_have_no_rank_and_make_no_jumps_or_stability(tmp_path: Path) -> None:
+    # 40 features; 28 have zero gain in both folds (unused: no rank, not tied for last place).
+    # "top" falls from rank 2 to 15 while used in both folds: a jump (>= 10 places, top 30).
+    # "dropped" ranks 3 in fold 0 and is unused in fold 1: it leaves the model, but is no rank change.
+    used = {f"u{i:02d}": [float(100 - i), float(100 - i)] for i in range(10)}
+    gain = {**used, "top": [99.5, 50.0], "dropped": [99.2, 0.0], "entered": [0.0, 60.0]}
+    gain.update({f"zero{i:02d}": [0.0, 0.0] for i in range(27)})
+    importance = pd.DataFrame(gain, index=[0, 1])
+    drift = importance_drift(importance, jump_ranks=10, jump_top=30)
+    assert drift.ranks.loc[0, "top"] == 2 and drift.ranks.loc[1, "top"] == 12
+    assert drift.ranks.loc[0, "dropped"] == 3 and np.isnan(drift.ranks.loc[1, "dropped"])
+    assert drift.ranks[[f"zero{i:02d}" for i in range(27)]].isna().all().all()
+    assert drift.jumps[["feature", "fold_from", "fold_to", "rank_from", "rank_to"]].values.tolist() == [
+        ["top", 0, 1, 2.0, 12.0]]
+    # Ranked with the unused features tied for last place (26.5 of 40), "dropped" would move 23.5 places.
+    assert importance_drift(importance, jump_ranks=11).jumps.empty
+    # The rank heatmap draws no rank for an unused feature.
+    _, drawn = plot_importance_rank_heatmap(drift, tmp_path / "ranks.png", n_features=12)
+    assert np.isnan(drawn.loc["dropped", 1]) and drawn.loc["top", 1] == 12 and "zero00" not in drawn.index
+    changes = drift.rank_changes
+    assert changes.loc["zero00", ["rank_first", "rank_last", "rank_change", "rank_range"]].isna().all()
+    assert changes.loc["zero00", "folds_used"] == 0
+    assert np.isnan(changes.loc["dropped", "rank_change"]) and changes.loc["dropped", "rank_range"] == 0
+    stability = drift.rank_stability.iloc[0]
+    both = [f"u{i:02d}" for i in range(10)] + ["top"]
+    expected = stats.spearmanr(importance.loc[0, both], importance.loc[1, both]).statistic
+    assert stability["spearman"] == pytest.approx(expected, abs=1e-12)
+    assert (stability["n_used"], stability["n_entered"], stability["n_left"]) == (11, 1, 1)
+
+
+def test_jump_needs_the_rank_threshold_and_a_top_rank() -> None:
+    ranks = pd.DataFrame({"a": [1.0, 11.0], "b": [40.0, 55.0], "c": [5.0, 14.0]}, index=[0, 1])
+    jumps = importance_jumps(ranks, jump_ranks=10, jump_top=30)
+    assert jumps["feature"].tolist() == ["a"]  # b moved 15 places outside the top 30, c only 9
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-fold PSI: each fold's training window against its test days
+
+CAL = pd.bdate_range("2024-01-01", periods=120, name="date")
+N_CODES = 50
+SHIFT_DAY = 100  # "shifted" moves by +1.5 sd from this day on: only the last fold's test days see it
+
+
+def _market_features() -> tuple[np.ndarray, pd.DatetimeIndex, list[str]]:
+    rng = np.random.default_rng(11)
+    n = len(CAL) * N_CODES
+    dates = CAL.repeat(N_CODES)
+    stable = rng.normal(size=n)
+    shifted = rng.normal(size=n) + np.where(np.arange(n) >= SHIFT_DAY * N_CODES, 1.5, 0.0)
+    gappy = rng.normal(size=n)
+    gappy[rng.random(n) < 0.2] = np.nan
+    gappy[::97] = np.inf
+    values = np.column_stack([stable, shifted, gappy]).astype(np.float32)
+    return values, dates, ["stable", "shifted", "gappy"]
+
+
+WINDOWS = pd.DataFrame(
+    {"train_start": CAL[[0, 20, 40]], "train_end": CAL[[59, 79, 99]], "test_start": CAL[[60, 80, 100]],
+     "test_end": CAL[[79, 99, 119]]},
+    index=pd.Index([0, 1, 2], name="fold"),
+)
+
+
+@pytest.mark.parametrize("max_rows", [None, 1000])
+def test_psi_by_fold_equals_population_stability_index_on_the_fold_slices(max_rows, tmp_path: Path) -> None:
+    values, dates, names = _market_features()
+    psi = psi_by_fold(values, dates, WINDOWS, names, max_rows=max_rows)
+    assert psi.shape == (3, 3) and psi.index.name == "fold"
+    # Fold 1 by hand: rows of days 20..79 (reference) and 80..99 (current), thinned the same way.
+    ref = values[20 * N_CODES: 80 * N_CODES]
+    cur = values[80 * N_CODES: 100 * N_CODES]
+    if max_rows is not None:
+        assert len(ref) == 3000 > max_rows
+        ref = ref[evenly_spaced(len(ref), max_rows)]
+        cur = cur[evenly_spaced(len(cur), max_rows)]
+    for j, name in enumerate(names):
+        assert psi.loc[1, name] == population_stability_index(ref[:, j], cur[:, j])
+    # the heatmap draws exactly these numbers (features x folds)
+    _, drawn = plot_psi_heatmap(psi, tmp_path / "psi.png")
+    assert drawn.loc["shifted", 1] == psi.loc[1, "shifted"] and drawn.loc["gappy", 2] == psi.loc[2, "gappy"]
+
+
+def test_psi_per_column_is_the_psi_of_each_column() -> None:
+    values, _, _ = _market_features()
+    ref, cur = values[:3000], values[-1000:]
+    together = psi_per_column(ref, cur)
+    assert together.tolist() == [population_stability_index(ref[:, j], cur[:, j]) for j in range(3)]
+    assert np.isnan(psi_per_column(np.full((5, 1), np.nan), np.ones((5, 1))))[0]
+
+
+def test_psi_flags_fire_for_the_planted_shift_and_not_for_stable_features() -> None:
+    values, dates, names = _market_features()
+    psi = psi_by_fold(values, dates, WINDOWS, names)
+    assert psi.loc[2, "shifted"] > 0.5  # +1.5 sd
+    assert psi.loc[[0, 1], "shifted"].max() < 0.1 and psi["stable"].max() < 0.1 and psi["gappy"].max() < 0.1
+    flags = psi_flags(psi)
+    assert flags.index.tolist() == ["shifted"]
+    assert flags.loc["shifted", ["folds_flagged", "folds", "max_at", "first_flagged"]].tolist() == [1, 3, 2, 2]
+    assert flags.loc["shifted", "max_psi"] == psi.loc[2, "shifted"] > PSI_SIGNIFICANT
+    assert psi_flags(psi[["stable"]]).empty
+
+
+def test_fold_windows_from_stored_leakage_records() -> None:
+    records = [
+        {"fold": 0, "decision_date": "2024-03-25", "train_start": "2024-01-01", "train_end": "2024-03-12"},
+        {"fold": 1, "decision_date": "2024-04-22", "train_start": "2024-01-29", "train_end": "2024-04-09"},
+    ]
+    windows = fold_windows(records, CAL[60:100])  # test dates 2024-03-25 .. 2024-05-17
+    assert windows.index.tolist() == [0, 1]
+    assert windows.loc[0, "test_start"] == CAL[60] and windows.loc[0, "test_end"] == pd.Timestamp("2024-04-19")
+    assert windows.loc[1, "test_start"] == pd.Timestamp("2024-04-22") and windows.loc[1, "test_end"] == CAL[99]
+    assert windows.loc[1, "train_start"] == pd.Timestamp("2024-01-29")
+
+
+def test_psi_artifact_round_trip(tmp_path: Path) -> None:
+    values, dates, names = _market_features()
+    psi = psi_by_fold(values, dates, WINDOWS, names)
+    psi_artifact(psi, WINDOWS).to_csv(tmp_path / "feature_psi.csv")
+    back, windows = read_psi_artifact(tmp_path / "feature_psi.csv")
+    pd.testing.assert_frame_equal(windows, WINDOWS.astype("datetime64[ns]"), check_freq=False)
+    assert back.columns.tolist() == names and np.allclose(back.to_numpy(), psi.to_numpy(), rtol=1e-15, atol=0)
+
+
+# --------------------------------------------------------------------------------------------------
+# The report
+
+
 def test_write_drift_report_files(tmp_path: Path) -> None:
     ref = np.random.default_rng(4).normal(size=(200, 2))
     value_drift = feature_value_drift(ref, ref + np.array([0.0, 3.0]), ["momentum", "mf_main"])
     written = write_drift_report(tmp_path / "drift", importance=IMPORTANCE, value_drift=value_drift, top_n=2)
     assert [p.name for p in written] == [
-        "importance_shares.csv", "importance_top_by_period.csv", "importance_rank_stability.csv",
-        "importance_rank_changes.csv", "feature_value_drift.csv", "drift_report.md", "drift_report.html",
+        "importance_shares.csv", "importance_ranks.csv", "importance_top_by_period.csv",
+        "importance_rank_stability.csv", "importance_rank_changes.csv", "importance_jumps.csv",
+        "importance_rank_heatmap.png", "feature_value_drift.csv", "drift_report.md", "drift_report.html",
     ]
     stability = pd.read_csv(tmp_path / "drift/importance_rank_stability.csv")
     assert stability["spearman"].tolist() == pytest.approx([1.0, -1.0])
@@ -167,3 +309,29 @@ def test_write_drift_report_files(tmp_path: Path) -> None:
     assert "| 2023-01-03 | 2023-07-03 | 1 |" in markdown
     assert "| mf_main | " in markdown.split("Feature value drift")[1].splitlines()[6]  # largest PSI first
     assert "<h2>Rank stability" in (tmp_path / "drift/drift_report.html").read_text()
+
+
+def test_drift_report_names_the_run_windows_flags_and_embeds_the_heatmaps(tmp_path: Path) -> None:
+    values, dates, names = _market_features()
+    psi = psi_by_fold(values, dates, WINDOWS, names)
+    importance = pd.DataFrame({"stable": [5.0, 4.0, 1.0], "shifted": [1.0, 2.0, 3.0], "gappy": [0.0, 1.0, 2.0]},
+                              index=WINDOWS["test_start"])
+    run = DriftRun(run_name="lambdarank-all", run_id="abc123", windows=WINDOWS)
+    written = write_drift_report(tmp_path, importance=importance, fold_psi=psi, run=run)
+    names_written = [p.name for p in written]
+    assert {"psi_heatmap.png", "importance_rank_heatmap.png", "psi_by_fold.csv", "psi_flags.csv"} <= set(names_written)
+    for png in ("psi_heatmap.png", "importance_rank_heatmap.png"):
+        assert matplotlib.image.imread(tmp_path / png).ndim == 3
+    markdown = (tmp_path / "drift_report.md").read_text()
+    page = (tmp_path / "drift_report.html").read_text()
+    assert markdown.startswith("# Feature drift report: lambdarank-all")
+    assert "MLflow run abc123; test period 2024-03-25 .. 2024-06-14, 3 folds" in markdown
+    assert "![PSI per feature and fold](psi_heatmap.png)" in markdown
+    assert "![Importance rank per feature and fold](importance_rank_heatmap.png)" in markdown
+    assert "| 1 | 2024-01-29 | 2024-04-19 | 2024-04-22 | 2024-05-17 |" in markdown  # fold 1's windows
+    assert "<title>Feature drift report: lambdarank-all</title>" in page
+    assert page.count("src='data:image/png;base64,") == 2
+    flagged = markdown.split("## Features with PSI > 0.25")[1].split("##")[0]
+    assert "| shifted | 1 | 3 |" in flagged and "| stable |" not in flagged
+    # PSI columns are labelled by decision date once the windows are known
+    assert pd.read_csv(tmp_path / "psi_flags.csv")["max_at"].tolist() == ["2024-05-20"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -14,7 +15,15 @@ import pytest
 
 from backtest.errors import DataContractError
 from backtest.reports.returns import check_daily_returns
-from backtest.reports.tearsheet import format_metric, tearsheet_metrics, write_tearsheet
+from backtest.reports.tearsheet import (
+    RunEvidence,
+    fallback_html,
+    format_metric,
+    robustness_html,
+    rolling_min_days,
+    tearsheet_metrics,
+    write_tearsheet,
+)
 
 DATES = pd.bdate_range("2023-01-02", periods=250, name="date")
 # +2% / -1% alternating: mean 0.005, std(ddof=1) = 0.015 * sqrt(250/249) -> Sharpe 5.2809 (shown 5.28).
@@ -140,3 +149,86 @@ def test_metric_format_follows_quantstats() -> None:
     assert format_metric("Sharpe", 0.1008) == "0.1"
     assert format_metric("Cumulative Return", 2.383926) == "238.39%"
     assert format_metric("Sortino", float("nan")) == "-"
+
+
+# --------------------------------------------------------------------------------------------------
+# The robustness block and the rolling charts
+
+EVIDENCE = RunEvidence(
+    metrics={"sharpe": 1.2345, "ann_return": 0.2468, "sharpe_ex_best_month": 0.8765, "ann_return_ex_best_month": 0.1357,
+             "sharpe_ex_best_3_months": 0.4321, "ann_return_ex_best_3_months": 0.0642, "sharpe_ci_low": -0.314,
+             "sharpe_ci_high": 2.718, "psr": 0.9123, "dsr": 0.5432, "rank_ic_mean": 0.03125, "icir": 0.456,
+             "ndcg_at_5": 0.61234, "ndcg_at_10": 0.1},
+    leak_guard="passed", feature_audit="passed", comparable=True, ndcg_depth=5,
+    run_name="lambdarank-all", run_id="0123abcd",
+)
+ROBUSTNESS_ROWS = [
+    "<tr><td>full test period</td><td>1.23</td><td>24.68%</td></tr>",
+    "<tr><td>without the best month</td><td>0.88</td><td>13.57%</td></tr>",
+    "<tr><td>without the best 3 months</td><td>0.43</td><td>6.42%</td></tr>",
+    "<tr><td>Sharpe 95% interval (block bootstrap)</td><td>[-0.31, 2.72]</td></tr>",
+    "<tr><td>PSR (P[Sharpe &gt; 0])</td><td>0.912</td></tr>",
+    "<tr><td>DSR (deflated for the study's trials)</td><td>0.543</td></tr>",
+    "<tr><td>rank IC (mean daily)</td><td>+0.0312</td></tr>",
+    "<tr><td>ICIR</td><td>+0.456</td></tr>",
+    "<tr><td>NDCG@5</td><td>0.6123</td></tr>",
+    "<tr><td>leak guard</td><td class='pass'>passed</td></tr>",
+    "<tr><td>feature audit</td><td class='pass'>passed</td></tr>",
+    "<tr><td>comparable</td><td class='pass'>yes</td></tr>",
+]
+ROLLING = ('id="rolling_beta"', 'id="rolling_vol"', 'id="rolling_sharpe"', 'id="rolling_sortino"')
+
+
+def _series(n_days: int) -> tuple[pd.Series, pd.Series]:
+    dates = pd.bdate_range("2023-01-02", periods=n_days, name="date")
+    rng = np.random.default_rng(n_days)
+    strategy = pd.Series(rng.normal(0.001, 0.012, n_days), index=dates)
+    return strategy, pd.Series(rng.normal(0.0003, 0.01, n_days), index=dates)
+
+
+def test_short_tearsheet_opens_with_the_robustness_block_and_has_no_empty_rolling_charts(tmp_path: Path) -> None:
+    strategy, benchmark = _series(60)
+    sheet = write_tearsheet(strategy, benchmark, tmp_path / "t.html", title="lambdarank-all", evidence=EVIDENCE)
+    assert sheet.renderer == "quantstats"
+    page = sheet.path.read_text(encoding="utf-8")
+    assert "<title>lambdarank-all: test 2023-01-02..2023-03-24</title>" in page
+    assert re.search(r"<h1>lambdarank-all: test 2023-01-02\.\.2023-03-24", page)
+    block = page.index("<section id='robustness'>")
+    assert block < page.index('<div id="left">') < page.index("Key Performance Metrics")
+    assert page.index("<svg") > block  # no quantstats figure before the block
+    assert "Robustness: run lambdarank-all (MLflow 0123abcd)" in page
+    for row in ROBUSTNESS_ROWS:
+        assert block < page.index(row) < page.index('<div id="left">'), row
+    # 60 days < two 6-month windows: the rolling charts would be empty axes
+    assert rolling_min_days() == 252
+    assert not any(marker in page for marker in ROLLING)
+    assert "the test period has 60 trading days, fewer than the 252" in page
+
+
+def test_two_year_tearsheet_keeps_quantstats_rolling_charts(tmp_path: Path) -> None:
+    strategy, benchmark = _series(504)
+    page = write_tearsheet(strategy, benchmark, tmp_path / "t.html", evidence=EVIDENCE).path.read_text()
+    assert all(marker in page for marker in ROLLING)
+    assert "rolling beta / volatility" not in page
+    assert page.index("<section id='robustness'>") < page.index('id="rolling_sharpe"')
+
+
+def test_fallback_tearsheet_has_the_same_block_and_a_not_comparable_run_says_so() -> None:
+    failed = dataclasses.replace(EVIDENCE, leak_guard="disabled", comparable=False)
+    page = fallback_html(STRATEGY, BENCHMARK, "lambdarank-LEAK-DEMO", evidence=failed)
+    assert "<title>lambdarank-LEAK-DEMO: test 2023-01-02..2023-12-15</title>" in page
+    block = page.index("<section id='robustness'>")
+    assert block < page.index("Key Performance Metrics")
+    for row in ROBUSTNESS_ROWS[:9]:
+        assert block < page.index(row) < page.index("Key Performance Metrics"), row
+    assert "<tr><td>leak guard</td><td class='fail'>disabled</td></tr>" in page
+    assert "<tr><td>comparable</td><td class='fail'>NO</td></tr>" in page
+    assert "Not comparable: a leakage guard failed or was switched off" in page
+
+
+def test_missing_metrics_show_a_dash_and_no_evidence_says_so() -> None:
+    block = robustness_html(RunEvidence(metrics={"sharpe": float("nan")}, leak_guard="passed",
+                                        feature_audit="passed", comparable=True))
+    assert "<tr><td>full test period</td><td>-</td><td>-</td></tr>" in block
+    assert "<tr><td>Sharpe 95% interval (block bootstrap)</td><td>[-, -]</td></tr>" in block
+    assert "were not given" in robustness_html(None)
