@@ -56,3 +56,16 @@ studies: $(STAMP)
 ## Remove the feature cache and fold checkpoints (`.venv/bin/python -m backtest.cache list` shows them).
 clean-cache: $(STAMP)
 	$(PY) -m backtest.cache clear
+
+.PHONY: ui ui-check
+UI_PORT ?= 5000
+
+## A local MLflow UI on the project's store (127.0.0.1:$(UI_PORT), one worker, job runner off); prints the
+## links of the experiment and of the latest study. Ctrl-C stops it.
+ui: $(STAMP)
+	$(PY) -m backtest.tracking.ui serve --port $(UI_PORT)
+
+## Look at the UI of a study in headless Chromium (by hand, not in CI; minutes); screenshots in outputs/ui-check/.
+ui-check: $(STAMP)
+	$(PY) -c 'import selenium' 2>/dev/null || $(PY) -m pip install --quiet -e '.[dev,ui]'
+	$(PY) -m backtest.tracking.ui_check $(ARGS)

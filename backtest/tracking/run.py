@@ -386,6 +386,41 @@ class TrackedRun:
         """Write ``obj`` as JSON (dates and numpy scalars as strings) and log it at ``artifact_file``."""
         self._log_text(json.dumps(obj, indent=2, default=str, ensure_ascii=False), artifact_file)
 
+    def log_image(self, local_path: Path | str, artifact_file: str | None = None, *, key: str | None = None,
+                  step: int = 0) -> None:
+        """Log an image file (PNG) where MLflow's UI shows it.
+
+        Parameters
+        ----------
+        local_path : the image written beforehand.
+        artifact_file : its path inside the run; default: its file name at the run's root. MLflow's
+            compare-runs page lists only the root-level files that every compared run has, and renders
+            the images among them: a chart to compare across runs goes to the root under the same name
+            in each run (:data:`backtest.tracking.ui.COMPARE_IMAGES`).
+        key : also log it as a keyed image (``images/<key>+step+<step>+...``, MLflow's
+            ``log_image(key=, step=)``), which the experiment's chart view draws as an image grid.
+        step : the keyed image's step (e.g. the fold number).
+        """
+        local_path = Path(local_path)
+        target = artifact_file or local_path.name
+        if local_path.is_file() and local_path.name != Path(target).name:
+            with tempfile.TemporaryDirectory(prefix="rankbacktest-artifact-") as tmp:
+                copy = Path(tmp) / Path(target).name
+                copy.write_bytes(local_path.read_bytes())
+                self.log_artifact(copy, _parent(target))
+        else:
+            self.log_artifact(local_path, _parent(target))
+        if key is not None:
+            import PIL.Image  # Pillow: a matplotlib dependency
+
+            try:
+                with PIL.Image.open(local_path) as image:
+                    self.tracker.client.log_image(self.run_id, image.convert("RGB"), key=key, step=int(step),
+                                                  synchronous=True)
+            except (MlflowException, OSError, ValueError) as exc:
+                self._raise_if_unavailable(exc, f"image {key!r}")
+                raise TrackingError(f"MLflow refused the image {key!r} for run {self.run_id}: {exc}") from exc
+
     def load_frame(self, artifact_file: str) -> pd.DataFrame:
         """Read back a ``.parquet`` artifact written by :meth:`log_frame`."""
         with tempfile.TemporaryDirectory(prefix="rankbacktest-artifact-") as tmp:

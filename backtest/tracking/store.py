@@ -45,6 +45,15 @@ from backtest.tracking.redaction import redact_uri
 
 logger = logging.getLogger(__name__)
 
+#: The experiment tag MLflow 3's UI keeps for the kind of experiment (``mlflow.experimentKind``; the UI's
+#: values: ``genai_development``, ``custom_model_development``, ...): this project's experiments are classic
+#: model training (runs, params, metrics, artifacts), not GenAI apps. Set on creation and added to an
+#: existing experiment that lacks it; a value already there is kept. The UI of MLflow 3.17 lays a page out
+#: by its GenAI / model-training switch (``?workflowType=``, remembered per browser, GenAI by default)
+#: rather than by this tag: the links of :mod:`backtest.tracking.ui` carry ``workflowType=machine_learning``.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+
 _DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
 _SERVER_SCHEMES = ("http", "https", "databricks")
 ENV_USERNAME = "MLFLOW_TRACKING_USERNAME"
@@ -220,7 +229,8 @@ def prepare_store(
 
     Call it in the launching process before multirun jobs start: jobs that find neither the SQLite
     file nor the experiment race on creating them ("table already exists", "duplicate column name").
-    Idempotent: an existing experiment is returned as is (its artifact location is kept).
+    Idempotent: an existing experiment is returned as is (its artifact location is kept); it only gains
+    the :data:`EXPERIMENT_KIND_TAG` when it lacks one, so that the MLflow UI opens it as model training.
 
     Parameters
     ----------
@@ -269,7 +279,9 @@ def _get_or_create_experiment(
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         try:
-            experiment_id = client.create_experiment(name, artifact_location=artifact_location)
+            experiment_id = client.create_experiment(
+                name, artifact_location=artifact_location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+            )
             logger.info(
                 "created MLflow experiment %r (id %s) in %s, artifacts in %s",
                 name,
@@ -290,6 +302,9 @@ def _get_or_create_experiment(
             f"Fix: restore it (mlflow experiments restore --experiment-id {experiment.experiment_id}) "
             "or choose another tracking.experiment."
         )
+    if EXPERIMENT_KIND_TAG not in experiment.tags:  # made before the tag was set, or by another tool
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        logger.info("tagged MLflow experiment %r %s=%s", name, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
     return experiment.experiment_id
 
 

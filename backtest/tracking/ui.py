@@ -1,0 +1,553 @@
+"""Browsing the store in MLflow's UI: a lean local server and the links to the latest study.
+
+``make ui`` (``python -m backtest.tracking.ui serve [--port N]``) starts ``mlflow server`` on the project's store
+(``sqlite:///<project>/mlruns.db``, artifacts in ``<project>/mlartifacts``) bound to 127.0.0.1, with one
+worker and MLflow's job execution off (``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false``: without it MLflow 3
+also starts a huey job runner and its workers, about ten processes instead of two), waits until it
+answers, and prints:
+
+- the experiment's runs, in the model-training view (``workflowType=machine_learning``: MLflow 3.17's UI
+  picks the GenAI or the model-training layout from that switch, which it keeps per browser, and opens
+  GenAI by default);
+- for the latest sweep (a run tagged ``run_kind=sweep`` whose child runs carry its ``study`` tag): the
+  compare-runs page of its runs, and the chart of their per-fold ``fold/rank_ic`` (step = fold), one line
+  per run. (In the runs list the sweep's runs are nested under its parent run: expand its row with the
+  ``+`` before its charts show them.)
+
+``python -m backtest.tracking.ui urls`` prints the same links for a server that is already running.
+
+Images in the compare-runs page
+-------------------------------
+The compare-runs page ("Artifacts" section) lists only the **files at the root** of the compared runs'
+artifact trees (folders are skipped) that **every** compared run has, and renders images among them. A
+chart meant for comparing runs is therefore logged at the root under the same name in every run
+(:data:`COMPARE_IMAGES`, :func:`log_compare_images`); the copies under ``reports/`` stay where the reports
+are. Keyed images (:meth:`backtest.tracking.TrackedRun.log_image` with ``key=``, stored as
+``images/<key>+step+...``) are drawn as image grids by the experiment's chart view instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+from urllib.parse import quote, urlsplit
+
+import pandas as pd
+
+from backtest import PROJECT_DIR
+from backtest.errors import ConfigError, TrackingError
+
+logger = logging.getLogger(__name__)
+
+UI_HOST = "127.0.0.1"
+DEFAULT_PORT = 5000
+#: The UI's layout switch (``?workflowType=``): ``machine_learning`` shows runs, metrics and artifacts;
+#: the default ``genai`` shows traces and evaluations.
+WORKFLOW_TYPE = "machine_learning"
+#: Environment of the server: job execution (a huey consumer and its workers, for GenAI jobs such as
+#: trace scoring) off, no telemetry (no network here).
+SERVER_ENV: Mapping[str, str] = {
+    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+}
+#: The per-fold metric whose chart the links open (logged as ``fold/<name>`` with step = fold).
+FOLD_METRIC = "fold/rank_ic"
+#: Root-level artifact names for the charts a compare-runs page shows side by side (one file per run).
+COMPARE_IMAGES: Mapping[str, str] = {
+    "equity": "equity.png",
+    "drawdown": "drawdown.png",
+    "fold_rank_ic": "fold_rank_ic.png",
+}
+
+
+# -- the server ------------------------------------------------------------------------------------
+
+
+def artifacts_destination(uri: str, project_dir: Path | str = PROJECT_DIR) -> Path:
+    """Where the server keeps the artifacts of experiments it creates: the ``mlartifacts`` folder of
+    :func:`backtest.tracking.default_artifact_location` (next to a SQLite file, else in the project).
+
+    >>> str(artifacts_destination("sqlite:////data/runs/mlruns.db"))
+    '/data/runs/mlartifacts'
+    """
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///") :]).parent / "mlartifacts"
+    return Path(project_dir).resolve() / "mlartifacts"
+
+
+def server_command(
+    uri: str, *, port: int = DEFAULT_PORT, project_dir: Path | str = PROJECT_DIR, workers: int = 1
+) -> list[str]:
+    """The ``mlflow server`` command line for ``uri`` (a database store: SQLite, PostgreSQL, ...).
+
+    Bound to 127.0.0.1 (the store is not shared beyond this machine), one worker (``mlflow server``
+    defaults to four, slow on two cores). Run it with :func:`server_env`, which turns job execution off.
+
+    Raises
+    ------
+    ConfigError : ``uri`` is an MLflow server already (``http(s)://``): open it in the browser instead.
+    """
+    scheme = urlsplit(uri).scheme.lower()
+    if scheme in ("http", "https", "databricks", "", "file"):
+        raise ConfigError(
+            f"backtest.ui serves a database store (sqlite:///..., postgresql://...), received {uri!r}. "
+            "Fix: an http(s) store is a running server already: open it in the browser."
+        )
+    return [
+        sys.executable, "-m", "mlflow", "server",
+        "--backend-store-uri", uri,
+        "--artifacts-destination", str(artifacts_destination(uri, project_dir)),
+        "--host", UI_HOST,
+        "--port", str(int(port)),
+        "--workers", str(int(workers)),
+        "--uvicorn-opts", "--no-access-log",  # the links printed at start stay readable
+    ]  # fmt: skip
+
+
+def server_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``environ`` (default: this process's) with :data:`SERVER_ENV` on top."""
+    env = dict(os.environ if environ is None else environ)
+    env.update(SERVER_ENV)
+    return env
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (Linux ``/proc``), sorted; [] when ``pid`` is gone."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    if not Path(f"/proc/{pid}").exists():
+        return []
+    found, stack = [], [pid]
+    while stack:
+        current = stack.pop()
+        found.append(current)
+        stack.extend(children.get(current, []))
+    return sorted(found)
+
+
+@dataclass
+class UiServer:
+    """A local ``mlflow server`` on ``uri``; a context manager that stops it (and its children) on exit::
+
+        with UiServer("sqlite:////tmp/x/mlruns.db", port=5123) as server:
+            print(server.url, server.processes())  # http://127.0.0.1:5123 [pid of mlflow server, of uvicorn]
+    """
+
+    uri: str
+    port: int = DEFAULT_PORT
+    project_dir: Path | str = PROJECT_DIR
+    log_path: Path | None = None
+    process: subprocess.Popen | None = field(default=None, init=False)
+    _output: IO[bytes] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{UI_HOST}:{self.port}"
+
+    def start(self, timeout_s: float = 120.0) -> UiServer:
+        """Start the server and wait until ``/health`` answers.
+
+        Raises
+        ------
+        TrackingError : the port is taken, or the server exited or did not answer within ``timeout_s``.
+        """
+        if _answers(f"{self.url}/health"):
+            raise TrackingError(
+                f"Something already answers on {self.url}. Fix: stop it, or pick another port (UI_PORT=5001)."
+            )
+        command = server_command(self.uri, port=self.port, project_dir=self.project_dir)
+        self._output = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115 (closed in stop)
+        self.process = subprocess.Popen(
+            command, env=server_env(), stdout=self._output, stderr=self._output, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self.stop()
+                raise TrackingError(
+                    f"mlflow server exited with code {self.process.returncode} before answering"
+                    + (f" (its log: {self.log_path})" if self.log_path else "")
+                    + f". Command: {' '.join(command)}"
+                )
+            if _answers(f"{self.url}/health"):
+                return self
+            time.sleep(0.5)
+        self.stop()
+        raise TrackingError(f"mlflow server did not answer on {self.url}/health within {timeout_s:.0f} s.")
+
+    def processes(self) -> list[int]:
+        """The server's process ids: ``mlflow server`` and everything it started."""
+        return process_tree(self.process.pid) if self.process is not None else []
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM to the server's process group (``mlflow server`` forwards it to uvicorn), SIGKILL
+        after ``timeout_s``. Idempotent."""
+        process, self.process = self.process, None
+        if process is not None:
+            if process.poll() is None:
+                _signal_group(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    _signal_group(process.pid, signal.SIGKILL)
+                    process.wait(timeout_s)
+            _signal_group(process.pid, signal.SIGKILL)  # leftovers of the group, if any
+        if self._output is not None:
+            self._output.close()
+            self._output = None
+
+    def __enter__(self) -> UiServer:
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)  # the server was started in its own session: its group id is its pid
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _answers(url: str, timeout_s: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (local http)
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+# -- the links -------------------------------------------------------------------------------------
+
+
+def experiment_url(base_url: str, experiment_id: str) -> str:
+    """The experiment's runs list in the model-training view.
+
+    >>> experiment_url("http://127.0.0.1:5000", "1")
+    'http://127.0.0.1:5000/#/experiments/1/runs?workflowType=machine_learning'
+    """
+    return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType={WORKFLOW_TYPE}"
+
+
+def compare_url(base_url: str, run_ids: Sequence[str], experiment_ids: Sequence[str]) -> str:
+    """The compare-runs page of ``run_ids`` (the UI's ``/compare-runs?runs=[...]&experiments=[...]``,
+    JSON lists, percent-encoded so that a terminal keeps the link whole).
+
+    >>> compare_url("http://127.0.0.1:5000", ["a1", "b2"], ["1"])
+    'http://127.0.0.1:5000/#/compare-runs?runs=%5B%22a1%22%2C%22b2%22%5D&experiments=%5B%221%22%5D&workflowType=machine_learning'
+    """
+    return (f"{base_url.rstrip('/')}/#/compare-runs?runs={_json_param(run_ids)}"
+            f"&experiments={_json_param(experiment_ids)}&workflowType={WORKFLOW_TYPE}")
+
+
+def metric_url(base_url: str, run_ids: Sequence[str], experiment_ids: Sequence[str], metric: str) -> str:
+    """The chart page of one metric over its steps for ``run_ids``, one line per run (the UI's
+    ``/metric/?runs=[...]&metric="key"&...``: for ``fold/<name>`` the x axis is the fold number).
+
+    >>> metric_url("http://h", ["a"], ["1"], "fold/rank_ic")  # doctest: +ELLIPSIS
+    'http://h/#/metric/?runs=%5B%22a%22%5D&metric=%22fold%2Frank_ic%22&experiments=%5B%221%22%5D&plot_metric_keys=...'
+    """
+    return (
+        f"{base_url.rstrip('/')}/#/metric/?runs={_json_param(run_ids)}&metric={_json_param(metric)}"
+        f"&experiments={_json_param(experiment_ids)}&plot_metric_keys={_json_param([metric])}"
+        f"&plot_layout={_json_param({})}&x_axis=step&y_axis_scale=linear&line_smoothness=1&show_point=true"
+        f"&deselected_curves={_json_param([])}&last_linear_y_axis_range={_json_param([])}"
+        f"&workflowType={WORKFLOW_TYPE}"
+    )
+
+
+def run_url(base_url: str, experiment_id: str, run_id: str, artifact: str | None = None) -> str:
+    """A run's page: its artifacts tab, opened at ``artifact`` when given.
+
+    >>> run_url("http://127.0.0.1:5000", "1", "ab", "reports/tearsheet.html")
+    'http://127.0.0.1:5000/#/experiments/1/runs/ab/artifactPath/reports/tearsheet.html?workflowType=machine_learning'
+    """
+    base = f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    return (f"{base}/artifactPath/{artifact}" if artifact else f"{base}/artifacts") + f"?workflowType={WORKFLOW_TYPE}"
+
+
+def _json_param(value: object) -> str:
+    return quote(json.dumps(value, separators=(",", ":")), safe="")
+
+
+@dataclass(frozen=True)
+class Study:
+    """A sweep's parent run and its child runs (oldest first)."""
+
+    name: str
+    parent_run_id: str
+    parent_status: str
+    run_ids: tuple[str, ...]
+    run_names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class UiLinks:
+    """Where to look in the UI: the experiment, and the latest study when there is one."""
+
+    base_url: str
+    experiment: str
+    experiment_id: str | None
+    study: Study | None
+
+    @property
+    def experiment_url(self) -> str | None:
+        return None if self.experiment_id is None else experiment_url(self.base_url, self.experiment_id)
+
+    @property
+    def compare_url(self) -> str | None:
+        if self.study is None or self.experiment_id is None:
+            return None
+        return compare_url(self.base_url, self.study.run_ids, [self.experiment_id])
+
+    @property
+    def fold_chart_url(self) -> str | None:
+        """The study's ``fold/rank_ic`` per fold, one line per run."""
+        if self.study is None or self.experiment_id is None:
+            return None
+        return metric_url(self.base_url, self.study.run_ids, [self.experiment_id], FOLD_METRIC)
+
+    def lines(self) -> list[str]:
+        """What ``make ui`` prints."""
+        if self.experiment_id is None:
+            return [f"experiment {self.experiment!r}: not in this store yet (run a backtest: make run)"]
+        out = [f"experiment {self.experiment!r}: {self.experiment_url}"]
+        if self.study is None:
+            out.append("latest study: none yet (a sweep makes one: .venv/bin/python -m backtest -m ...)")
+            return out
+        study = self.study
+        out += [
+            f"latest study {study.name!r} (sweep run {study.parent_run_id}, {study.parent_status}, "
+            f"{len(study.run_ids)} runs: {', '.join(study.run_names)}):",
+            f"  compare runs: {self.compare_url}",
+            f"  {FOLD_METRIC} per fold: {self.fold_chart_url}",
+        ]
+        return out
+
+
+def study_filter(study: str) -> str:
+    """The runs-list search of a study's runs.
+
+    >>> study_filter("top_k")
+    "tags.study = 'top_k' and tags.run_kind = 'backtest'"
+    """
+    quoted = study.replace("\\", "\\\\").replace("'", "\\'")
+    return f"tags.study = '{quoted}' and tags.run_kind = 'backtest'"
+
+
+def latest_study(client: object, experiment_id: str, *, max_sweeps: int = 20) -> Study | None:
+    """The latest sweep of the experiment that has child runs: its parent run (``run_kind=sweep``) and
+    the runs nested under it (or, for runs copied without their nesting, the ``backtest`` runs with its
+    ``study`` tag). None when the experiment has no such sweep."""
+    sweeps = client.search_runs(  # type: ignore[attr-defined]
+        [experiment_id], filter_string="tags.run_kind = 'sweep'", max_results=max_sweeps,
+        order_by=["attributes.start_time DESC"],
+    )
+    for parent in sweeps:
+        children = _search_all(client, experiment_id, f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+        name = parent.data.tags.get("study")
+        if not children and name:
+            children = _search_all(client, experiment_id, study_filter(name))
+        if children:
+            children.sort(key=lambda run: (run.info.start_time or 0, run.info.run_id))
+            return Study(
+                name=name or parent.info.run_name or parent.info.run_id,
+                parent_run_id=parent.info.run_id,
+                parent_status=parent.info.status,
+                run_ids=tuple(run.info.run_id for run in children),
+                run_names=tuple(run.info.run_name or run.info.run_id for run in children),
+            )
+    return None
+
+
+def _search_all(client: object, experiment_id: str, filter_string: str) -> list:
+    runs: list = []
+    page_token = None
+    while True:
+        page = client.search_runs(  # type: ignore[attr-defined]
+            [experiment_id], filter_string=filter_string, max_results=1000, page_token=page_token
+        )
+        runs.extend(page)
+        page_token = page.token
+        if not page_token:
+            return runs
+
+
+def ui_links(uri: str, experiment: str, base_url: str) -> UiLinks:
+    """The links of ``experiment`` in the store ``uri``, for a UI served at ``base_url``."""
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None or found.lifecycle_stage != "active":
+        return UiLinks(base_url, experiment, None, None)
+    return UiLinks(base_url, experiment, found.experiment_id, latest_study(client, found.experiment_id))
+
+
+# -- charts for the compare view -------------------------------------------------------------------
+
+
+def plot_fold_metric(fold_metrics: pd.DataFrame, column: str, path: Path | str, *, title: str | None = None,
+                     dpi: int = 100) -> Path:
+    """A bar chart of one per-fold metric (e.g. ``rank_ic``), fold by fold, with its mean.
+
+    Parameters
+    ----------
+    fold_metrics : one row per fold, indexed by fold number (or with a ``fold`` column): the result's
+        ``fold_metrics`` / the ``data/fold_metrics.csv`` artifact.
+    column : the metric to draw.
+    path : the PNG file to write (its folder is created).
+    title : figure title; default ``"<column> per fold"``.
+
+    Returns
+    -------
+    Path : ``path``.
+
+    Raises
+    ------
+    ConfigError : ``column`` is not a column of ``fold_metrics``.
+    """
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    frame = fold_metrics.set_index("fold") if "fold" in fold_metrics.columns else fold_metrics
+    if column not in frame.columns:
+        raise ConfigError(f"plot_fold_metric: no column {column!r}; columns: {', '.join(map(str, frame.columns))}")
+    values = pd.to_numeric(frame[column], errors="coerce")
+    folds = [str(fold) for fold in frame.index]
+    colors = ["#1f4e9c" if value >= 0 else "#c0392b" for value in values.fillna(0.0)]
+    with matplotlib.rc_context({"font.family": "DejaVu Sans", "axes.grid": True, "grid.alpha": 0.3}):
+        figure = Figure(figsize=(8, 4), dpi=dpi)
+        FigureCanvasAgg(figure)
+        axes = figure.add_subplot()
+        axes.bar(folds, values.fillna(0.0).to_numpy(), color=colors)
+        axes.axhline(0.0, color="black", linewidth=0.6)
+        if values.notna().any():
+            mean = float(values.mean())
+            axes.axhline(mean, color="#8c8c8c", linestyle="--", linewidth=1.0, label=f"mean {mean:+.4f}")
+            axes.legend(loc="best")
+        axes.set_xlabel("fold")
+        axes.set_ylabel(column)
+        axes.set_title(title or f"{column} per fold")
+        figure.tight_layout()
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, format="png")
+    return path
+
+
+def log_compare_images(run: object, reports_dir: Path | str | None = None,
+                       fold_metrics: pd.DataFrame | None = None, *, fold_column: str = "rank_ic") -> list[str]:
+    """Log the charts a compare-runs page shows side by side, at the root of ``run`` (a
+    :class:`~backtest.tracking.TrackedRun`): ``equity.png`` and ``drawdown.png`` copied from the written
+    report folder (when there), and ``fold_rank_ic.png`` drawn from ``fold_metrics``. Returns the
+    artifact paths logged."""
+    import tempfile
+
+    from backtest.reports.files import REPORT_FILES
+
+    logged = []
+    if reports_dir is not None:
+        for name in ("equity", "drawdown"):
+            source = Path(reports_dir) / REPORT_FILES[name]
+            if source.is_file():
+                run.log_image(source, COMPARE_IMAGES[name])  # type: ignore[attr-defined]
+                logged.append(COMPARE_IMAGES[name])
+    if fold_metrics is not None and fold_column in fold_metrics.columns:
+        with tempfile.TemporaryDirectory(prefix="rankbacktest-ui-") as tmp:
+            name = "fold_rank_ic" if fold_column == "rank_ic" else f"fold_{fold_column}"
+            target = COMPARE_IMAGES.get(name, f"{name}.png")
+            run.log_image(plot_fold_metric(fold_metrics, fold_column, Path(tmp) / target), target)  # type: ignore[attr-defined]
+            logged.append(target)
+    return logged
+
+
+# -- command line ----------------------------------------------------------------------------------
+
+
+def _default_port() -> int:
+    value = os.environ.get("UI_PORT", "")
+    return int(value) if value.strip() else DEFAULT_PORT
+
+
+def _store(uri: str | None, experiment: str) -> str:
+    from backtest.tracking import prepare_store, resolve_tracking_uri
+
+    resolved = resolve_tracking_uri(uri, PROJECT_DIR)
+    prepare_store(resolved, experiment, project_dir=PROJECT_DIR)  # the schema, the experiment, its kind tag
+    return resolved
+
+
+def serve(uri: str | None, experiment: str, port: int) -> int:
+    """Start the server, print the links, and wait until Ctrl-C (or SIGTERM)."""
+    resolved = _store(uri, experiment)
+    server = UiServer(resolved, port=port)
+    print(f"starting mlflow server on {resolved} (artifacts in {artifacts_destination(resolved)}) ...", flush=True)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        server.start()
+        print(f"MLflow UI: {server.url}  ({len(server.processes())} processes; Ctrl-C stops it)")
+        for line in ui_links(resolved, experiment, server.url).lines():
+            print(line)
+        sys.stdout.flush()
+        while server.process is not None and server.process.poll() is None:
+            time.sleep(1.0)
+        print("mlflow server stopped", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        server.stop()
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m backtest.tracking.ui", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, text in (("serve", "start a local MLflow UI on the store and print its links"),
+                       ("urls", "print the links for a UI already running on --port")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("--port", type=int, default=_default_port(), help="default: $UI_PORT or 5000")
+        sub.add_argument("--uri", default=None, help="tracking store; default: the project's sqlite store")
+        sub.add_argument("--experiment", default="rankbacktest")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "serve":
+            return serve(args.uri, args.experiment, args.port)
+        resolved = _store(args.uri, args.experiment)
+        for line in ui_links(resolved, args.experiment, f"http://{UI_HOST}:{args.port}").lines():
+            print(line)
+        return 0
+    except (ConfigError, TrackingError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
