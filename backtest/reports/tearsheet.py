@@ -87,7 +87,8 @@ class RunEvidence:
     ----------
     metrics : the run's headline metrics (``BacktestResult.metrics``): ``sharpe``, ``ann_return``,
         ``sharpe_ex_best_month``, ``ann_return_ex_best_month``, ``sharpe_ex_best_3_months``,
-        ``ann_return_ex_best_3_months``, ``sharpe_ci_low``, ``sharpe_ci_high``, ``psr``, ``dsr``,
+        ``ann_return_ex_best_3_months``, ``sharpe_ci_low``, ``sharpe_ci_high``, ``psr``, ``dsr`` (or, for
+        a sweep's job, ``dsr_provisional``),
         ``rank_ic_mean``, ``icir``, ``ndcg_at_<ndcg_depth>``; a missing key shows as ``-``.
     leak_guard, feature_audit : the guard verdicts (``passed`` / ``failed`` / ``disabled``).
     comparable : :func:`backtest.leakage.is_comparable` of the two.
@@ -235,7 +236,7 @@ def robustness_html(evidence: RunEvidence | None, *, ndays: int | None = None,
     second = "".join(f"<tr><td>{label}</td><td>{value}</td></tr>" for label, value in [
         ("Sharpe 95% interval (block bootstrap)", interval),
         ("PSR (P[Sharpe &gt; 0])", _fmt(m.get("psr"), ".3f")),
-        ("DSR (deflated for the study's trials)", _fmt(m.get("dsr"), ".3f")),
+        _dsr_row(m),
         ("rank IC (mean daily)", _fmt(m.get("rank_ic_mean"), "+.4f")),
         ("ICIR", _fmt(m.get("icir"), "+.3f")),
         (f"NDCG@{k}", _fmt(m.get(f"ndcg_at_{k}"), ".4f")),
@@ -266,6 +267,13 @@ def robustness_html(evidence: RunEvidence | None, *, ndays: int | None = None,
         f"<table><thead><tr><th>Guards</th><th>verdict</th></tr></thead><tbody>{guards}</tbody></table>"
         f"{rolling}</section><hr>"
     )
+
+
+def _dsr_row(m: Mapping[str, float]) -> tuple[str, str]:
+    """A sweep's job has only ``dsr_provisional`` (the study-wide ``dsr`` is logged when the sweep ends)."""
+    if "dsr" not in m and "dsr_provisional" in m:
+        return "DSR, provisional (the study's DSR comes when the sweep ends)", _fmt(m["dsr_provisional"], ".3f")
+    return "DSR (deflated for the study's trials)", _fmt(m.get("dsr"), ".3f")
 
 
 def _with_evidence(page: str, heading: str, block: str, hide_rolling: bool) -> str:

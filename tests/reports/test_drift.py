@@ -269,6 +269,16 @@ def test_psi_flags_fire_for_the_planted_shift_and_not_for_stable_features() -> N
     assert psi_flags(psi[["stable"]]).empty
 
 
+def test_a_fold_with_too_few_test_values_gets_no_psi_and_no_flag() -> None:
+    values, dates, names = _market_features()
+    short = pd.DataFrame({"train_start": [CAL[40]], "train_end": [CAL[99]], "test_start": [CAL[100]],
+                          "test_end": [CAL[102]]}, index=pd.Index([3], name="fold"))  # 3 days x 50 codes
+    assert psi_by_fold(values, dates, short, names).isna().all().all()  # 150 values < PSI_MIN_VALUES
+    psi = psi_by_fold(values, dates, short, names, min_values=100)
+    assert psi.loc[3, "shifted"] > PSI_SIGNIFICANT and psi.loc[3, "stable"] < PSI_SIGNIFICANT
+    assert psi_flags(psi_by_fold(values, dates, short, names)).empty
+
+
 def test_fold_windows_from_stored_leakage_records() -> None:
     records = [
         {"fold": 0, "decision_date": "2024-03-25", "train_start": "2024-01-01", "train_end": "2024-03-12"},
@@ -325,7 +335,7 @@ def test_drift_report_names_the_run_windows_flags_and_embeds_the_heatmaps(tmp_pa
     markdown = (tmp_path / "drift_report.md").read_text()
     page = (tmp_path / "drift_report.html").read_text()
     assert markdown.startswith("# Feature drift report: lambdarank-all")
-    assert "MLflow run abc123; test period 2024-03-25 .. 2024-06-14, 3 folds" in markdown
+    assert "MLflow run abc123; test period (decision dates) 2024-03-25 .. 2024-06-14, 3 folds" in markdown
     assert "![PSI per feature and fold](psi_heatmap.png)" in markdown
     assert "![Importance rank per feature and fold](importance_rank_heatmap.png)" in markdown
     assert "| 1 | 2024-01-29 | 2024-04-19 | 2024-04-22 | 2024-05-17 |" in markdown  # fold 1's windows

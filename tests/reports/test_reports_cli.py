@@ -77,7 +77,7 @@ def test_drift_report_is_rebuilt_from_the_store_as_recorded(recorded, tmp_path: 
     recorded_md = Path(tracker.client.download_artifacts(run_id, "reports/drift/drift_report.md", str(tmp_path)))
     assert rebuilt == recorded_md.read_text()  # the same report, from the stored artifacts alone
     assert rebuilt.startswith("# Feature drift report: lambdarank-small\n")
-    assert f"MLflow run {run_id}; test period 2022-07-01 .. " in rebuilt
+    assert f"MLflow run {run_id}; test period (decision dates) 2022-07-01 .. " in rebuilt
     for name in ("psi_heatmap.png", "importance_rank_heatmap.png", "psi_by_fold.csv", "feature_value_drift.csv"):
         assert (tmp_path / "out" / name).is_file(), name
 

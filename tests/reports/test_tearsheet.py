@@ -232,3 +232,6 @@ def test_missing_metrics_show_a_dash_and_no_evidence_says_so() -> None:
     assert "<tr><td>full test period</td><td>-</td><td>-</td></tr>" in block
     assert "<tr><td>Sharpe 95% interval (block bootstrap)</td><td>[-, -]</td></tr>" in block
     assert "were not given" in robustness_html(None)
+    job = dataclasses.replace(EVIDENCE, metrics={**{k: v for k, v in EVIDENCE.metrics.items() if k != "dsr"},
+                                                 "dsr_provisional": 0.25})
+    assert "<td>DSR, provisional (the study's DSR comes when the sweep ends)</td><td>0.250</td>" in robustness_html(job)
