@@ -26,7 +26,9 @@ from models.base import LABEL_OPTIONS, MODEL_OPTIONS, check_label_processing
 
 CONF = Path(CONF_DIR)
 LABELS = sorted(p.stem for p in (CONF / "label").glob("*.yaml"))
-MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
+MODEL_CONFIGS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
+#: The model families (the fix lines' vocabulary); the other conf/model files are ablations of one of them.
+MODELS = sorted(MODEL_OPTIONS)
 
 #: One fold: the test period (2022-11-01..2022-12-20, ~35 trading days) is shorter than retrain_every.
 ONE_FOLD = RollingSchedule(retrain_every=40, train_window=100, valid_days=10, embargo=2,
@@ -122,10 +124,13 @@ def test_the_config_options_are_the_ones_the_fix_lines_name(compose_config) -> N
         processing = compose_config([f"label={name}"]).label.processing
         assert LABEL_OPTIONS[processing].split()[0] == f"label={name}", (name, LABEL_OPTIONS[processing])
     assert sorted(LABEL_OPTIONS) == sorted(PROCESSINGS)  # every processing has its config option
-    for name in MODELS:
+    families = {target.replace(":", "."): name for name, target in MODEL_OPTIONS.items()}
+    for name in MODEL_CONFIGS:  # every model config (ablation variants included) is one of the families
         target = compose_config([f"model={name}"]).model._target_
-        assert MODEL_OPTIONS[name].replace(":", ".") == target
-    assert sorted(MODEL_OPTIONS) == MODELS
+        assert target in families, (name, target)
+        if name in MODEL_OPTIONS:
+            assert families[target] == name
+    assert set(MODEL_OPTIONS) <= set(MODEL_CONFIGS)  # every family has its config option
 
 
 def test_three_class_gives_lambdarank_three_gains(compose_config) -> None:
