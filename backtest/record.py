@@ -33,6 +33,7 @@ from backtest.reports import DriftRun, RunEvidence, feature_value_drift, psi_by_
 from backtest.reports.drift import PSI_MAX_ROWS, psi_artifact
 from backtest.reports.drift import fold_windows as windows_of_folds
 from backtest.tracking import ARTIFACTS, TrackedRun
+from backtest.tracking.ui import log_compare_images
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ def record_backtest(run: TrackedRun, result: BacktestResult, *, provenance: Prov
             tearsheet=reports.tearsheet, plots=reports.plots, drift_report=reports.drift_report,
         )
         run.log_artifact(tmp, ARTIFACTS.reports)
+        log_compare_images(run, tmp if reports.plots else None, result.fold_metrics)
     tags = {
         "resumed_folds": result.resumed_folds,  # folds taken from checkpoints...
         "days_blocked": int(result.metrics.get("days_blocked", 0)),  # days the book was not the one chosen

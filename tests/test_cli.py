@@ -17,6 +17,7 @@ from backtest import cli
 from backtest.metrics import HEADLINE_KEYS, dsr, expected_max_sharpe
 from backtest.reports.study import STUDY_REPORT_FILES
 from backtest.tracking import ARTIFACTS
+from backtest.tracking.layout import COMPARE_IMAGES
 
 EXPERIMENTS = sorted(p.stem for p in (Path(cli.CONF_DIR) / "experiment").glob("*.yaml"))
 TINY = ["data.n_stocks=60", "data.n_members=40", "data.start=2023-06-01", "backtest.test_start=2025-09-01",
@@ -66,8 +67,8 @@ def test_main_job_records_one_complete_run(tmp_path: Path, capsys, compose_confi
     for path in ("data/predictions.parquet", "data/positions.parquet", "data/daily_returns.parquet",
                  "guards/leakage_records.json", "data/feature_importance.csv", "reports/equity.png",
                  "reports/drawdown.png", "config/config.yaml", "reports/drift/feature_value_drift.csv",
-                 "reports/drift/importance_rank_stability.csv"):
-        assert path in artifacts, (path, artifacts)
+                 "reports/drift/importance_rank_stability.csv", *COMPARE_IMAGES.values()):
+        assert path in artifacts, (path, artifacts)  # the compare images sit at the root, for the compare page
     printed = capsys.readouterr().out
     assert "leak guard      passed" in printed and out["run_id"] in printed and "mlflow server" in printed
 

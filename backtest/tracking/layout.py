@@ -15,6 +15,7 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from backtest.reports.files import REPORT_FILES
@@ -45,3 +46,11 @@ class RunArtifacts:
 
 
 ARTIFACTS = RunArtifacts()
+
+#: A backtest run's charts at its root, where MLflow's compare-runs page finds the files its runs share
+#: (it does not look into folders); the copies under ``reports/`` stay where the reports link them.
+COMPARE_IMAGES: Mapping[str, str] = {
+    "equity": "equity.png",
+    "drawdown": "drawdown.png",
+    "fold_rank_ic": "fold_rank_ic.png",
+}

@@ -396,7 +396,7 @@ class TrackedRun:
         artifact_file : its path inside the run; default: its file name at the run's root. MLflow's
             compare-runs page lists only the root-level files that every compared run has, and renders
             the images among them: a chart to compare across runs goes to the root under the same name
-            in each run (:data:`backtest.tracking.ui.COMPARE_IMAGES`).
+            in each run (:data:`backtest.tracking.layout.COMPARE_IMAGES`).
         key : also log it as a keyed image (``images/<key>+step+<step>+...``, MLflow's
             ``log_image(key=, step=)``), which the experiment's chart view draws as an image grid.
         step : the keyed image's step (e.g. the fold number).

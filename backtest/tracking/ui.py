@@ -21,7 +21,8 @@ Images in the compare-runs page
 The compare-runs page ("Artifacts" section) lists only the **files at the root** of the compared runs'
 artifact trees (folders are skipped) that **every** compared run has, and renders images among them. A
 chart meant for comparing runs is therefore logged at the root under the same name in every run
-(:data:`COMPARE_IMAGES`, :func:`log_compare_images`); the copies under ``reports/`` stay where the reports
+(:data:`backtest.tracking.layout.COMPARE_IMAGES`, :func:`log_compare_images`, which
+:func:`backtest.record.record_backtest` calls for every run); the copies under ``reports/`` stay where the reports
 are. Keyed images (:meth:`backtest.tracking.TrackedRun.log_image` with ``key=``, stored as
 ``images/<key>+step+...``) are drawn as image grids by the experiment's chart view instead.
 """
@@ -48,6 +49,7 @@ import pandas as pd
 
 from backtest import PROJECT_DIR
 from backtest.errors import ConfigError, TrackingError
+from backtest.tracking.layout import COMPARE_IMAGES
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +66,6 @@ SERVER_ENV: Mapping[str, str] = {
 }
 #: The per-fold metric whose chart the links open (logged as ``fold/<name>`` with step = fold).
 FOLD_METRIC = "fold/rank_ic"
-#: Root-level artifact names for the charts a compare-runs page shows side by side (one file per run).
-COMPARE_IMAGES: Mapping[str, str] = {
-    "equity": "equity.png",
-    "drawdown": "drawdown.png",
-    "fold_rank_ic": "fold_rank_ic.png",
-}
 
 
 # -- the server ------------------------------------------------------------------------------------

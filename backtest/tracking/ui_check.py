@@ -7,7 +7,7 @@ drives headless Chromium through chromedriver (Selenium), and checks that
    sweep's row, expanded);
 2. the chart page of the study's ``fold/rank_ic`` per fold draws one line per run;
 3. the compare-runs page of the study shows its runs by name, and renders for each run the root-level
-   images they share (:data:`backtest.tracking.ui.COMPARE_IMAGES`; a note says when there are none);
+   images they share (:data:`backtest.tracking.layout.COMPARE_IMAGES`; a note says when there are none);
 4. one run's artifact page opens ``reports/tearsheet.html`` in the artifact tree and renders it.
 
 Each page is saved as a PNG in the folder printed at the end (default ``outputs/ui-check/``).
@@ -41,9 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backtest import PROJECT_DIR
-from backtest.tracking.layout import ARTIFACTS
+from backtest.tracking.layout import ARTIFACTS, COMPARE_IMAGES
 from backtest.tracking.ui import (
-    COMPARE_IMAGES,
     FOLD_METRIC,
     UiLinks,
     UiServer,
