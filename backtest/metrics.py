@@ -36,6 +36,8 @@ EULER_GAMMA = 0.5772156649015329
 #: Mean block length (trading days) of the stationary bootstrap of the Sharpe ratio.
 DEFAULT_BLOCK_LENGTH = 10
 
+#: The headline metrics of a run, in order; ``ndcg_at_5`` stands for ``ndcg_at_<depth>`` with the depth the
+#: model trained on (the portfolio's ``top_k``): :func:`headline_keys` gives the keys for another depth.
 HEADLINE_KEYS: tuple[str, ...] = (
     "sharpe",
     "sortino",
@@ -62,6 +64,15 @@ HEADLINE_KEYS: tuple[str, ...] = (
     "sharpe_ci_low",
     "sharpe_ci_high",
 )
+
+
+def headline_keys(ndcg_depth: int = 5) -> tuple[str, ...]:
+    """:data:`HEADLINE_KEYS` with the NDCG key of depth ``ndcg_depth``.
+
+    >>> [k for k in headline_keys(3) if k.startswith("ndcg")]
+    ['ndcg_at_3']
+    """
+    return tuple(f"ndcg_at_{ndcg_depth}" if key == "ndcg_at_5" else key for key in HEADLINE_KEYS)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -756,5 +767,6 @@ def headline_metrics(
         out["sharpe_ci_low"], out["sharpe_ci_high"] = sharpe_ci(strategy, rng, n_boot, block_length)
     else:
         out.update(sharpe_ci_low=nan, sharpe_ci_high=nan)
-    assert set(out) == set(HEADLINE_KEYS), set(out) ^ set(HEADLINE_KEYS)
-    return {key: out[key] for key in HEADLINE_KEYS}
+    keys = headline_keys(ndcg_depth)
+    assert set(out) == set(keys), set(out) ^ set(keys)
+    return {key: out[key] for key in keys}

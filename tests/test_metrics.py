@@ -302,6 +302,19 @@ def test_headline_metrics_keys_and_values():
     assert bare["dsr"] == bare["psr"]
 
 
+def test_the_headline_ndcg_follows_the_portfolio_depth():
+    """A portfolio of 3 stocks reports ndcg_at_3 (the depth its model trained on), not ndcg_at_5."""
+    rng = np.random.default_rng(3)
+    s, b = daily(rng.normal(0.001, 0.01, 300)), daily(rng.normal(0.0005, 0.008, 300))
+    periods = pd.DataFrame({"strategy": [0.01, -0.02], "benchmark": [0.0, 0.0]})
+    scores, labels = ic_example()
+    at = {k: metrics.headline_metrics(s, b, periods, scores=scores, labels=labels, relevance=labels.clip(lower=0),
+                                      ndcg_depth=k) for k in (1, 3)}
+    assert list(at[3]) == list(metrics.headline_keys(3)) and "ndcg_at_5" not in at[3]
+    assert at[3]["ndcg_at_3"] == metrics.ndcg_at_k(scores, labels.clip(lower=0), 3)
+    assert at[1]["ndcg_at_1"] == metrics.ndcg_at_k(scores, labels.clip(lower=0), 1) != at[3]["ndcg_at_3"]
+
+
 def test_bad_return_series_are_rejected_with_a_reason():
     with pytest.raises(DataContractError, match="NaN"):
         metrics.sharpe(daily([0.01, np.nan, 0.02]))

@@ -569,7 +569,7 @@ def _config_columns(trial_metrics: pd.DataFrame, names: list[str]) -> list[str]:
         str(c)
         for c in trial_metrics.columns
         if str(c) not in skip
-        and not str(c).startswith(("metrics.", "tags."))
+        and not str(c).startswith(("metrics.", "tags.", "ndcg_at_"))  # the NDCG key follows top_k
         and rows[c].nunique(dropna=False) > 1
     ]
 
