@@ -283,11 +283,8 @@ def _launched(parent: TrackedRun | None) -> dict:
     import json
 
     with tempfile.TemporaryDirectory() as tmp:
-        try:
-            path = parent.tracker.client.download_artifacts(parent.run_id, ARTIFACTS.study_sweep, tmp)
-        except Exception:  # an older parent run: the report uses the defaults
-            return {}
-        return json.loads(Path(path).read_text())
+        path = parent.download(ARTIFACTS.study_sweep, tmp)
+        return json.loads(Path(path).read_text()) if path is not None else {}  # none: the report's defaults
 
 
 #: Columns of the research-log digest (:func:`digest`): the study report's trials table, shown as text.

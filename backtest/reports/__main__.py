@@ -96,38 +96,11 @@ def _drift(run_id: str, tracking_uri: str | None, out: Path | None, log: bool) -
 
 
 def open_run(run_id: str, tracking_uri: str | None = None):
-    """A :class:`backtest.tracking.TrackedRun` handle on an existing run, its ``run_name`` filled in.
+    """A :class:`backtest.tracking.TrackedRun` handle on an existing run, its ``run_name`` filled in
+    (:func:`backtest.tracking.open_run` on the project's store by default)."""
+    from backtest.tracking import open_run as open_tracked_run
 
-    Raises
-    ------
-    ReportSourceError : no store at a SQLite ``tracking_uri``, or no run ``run_id`` in the store.
-    TrackingError, ConfigError : an unreachable server, an invalid URI.
-    """
-    import mlflow
-    from mlflow.exceptions import MlflowException
-
-    from backtest.tracking import Tracker, redact_uri, resolve_tracking_uri
-
-    uri = resolve_tracking_uri(tracking_uri, PROJECT_DIR)
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
-        raise ReportSourceError(
-            f"no MLflow store at {uri[len('sqlite:///'):]}. Fix: pass --tracking-uri of the store the run was "
-            "recorded in (the run summary's 'open the UI' line names it)."
-        )
-    client = mlflow.MlflowClient(tracking_uri=uri)
-    try:
-        info = client.get_run(run_id).info
-        experiment = client.get_experiment(info.experiment_id).name
-    except MlflowException as exc:
-        if exc.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
-            raise ReportSourceError(f"the MLflow store {redact_uri(uri)} refused run {run_id}: {exc.message}") from None
-        raise ReportSourceError(
-            f"run {run_id!r} not found in {redact_uri(uri)}. Fix: copy the id the run summary prints ('MLflow run "
-            "...') or the MLflow UI shows, and pass --tracking-uri when the run is in another store."
-        ) from None
-    tracked = Tracker(uri, experiment, PROJECT_DIR).attach(run_id)
-    tracked.run_name = info.run_name
-    return tracked
+    return open_tracked_run(run_id, tracking_uri, PROJECT_DIR)
 
 
 def read_stored_drift(tracked) -> StoredDrift:
@@ -174,22 +147,10 @@ def importance_by_decision(importance: pd.DataFrame, records: list[dict]) -> pd.
 def _download(tracked, artifact: str, directory: str, required: str | None = None) -> str | None:
     """Download one artifact of ``tracked``; None when it is missing and not ``required`` (then the
     reason ``required`` is raised with the path)."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        listed = {info.path for info in tracked.tracker.client.list_artifacts(tracked.run_id, _parent(artifact))}
-        if artifact in listed:
-            return tracked.tracker.client.download_artifacts(tracked.run_id, artifact, directory)
-    except (MlflowException, OSError) as exc:
-        raise ReportSourceError(f"cannot read {artifact} of run {tracked.run_id}: {exc}") from None
-    if required is None:
-        return None
+    path = tracked.download(artifact, directory)
+    if path is not None or required is None:
+        return path
     raise ReportSourceError(f"run {tracked.run_id} has no {artifact}: {required}.")
-
-
-def _parent(artifact: str) -> str | None:
-    parent = Path(artifact).parent.as_posix()
-    return None if parent in ("", ".") else parent
 
 
 def _slug(name: str) -> str:

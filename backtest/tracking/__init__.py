@@ -70,7 +70,7 @@ from backtest.tracking.redaction import (  # noqa: E402
     redact_config,
     redact_uri,
 )
-from backtest.tracking.run import TrackedRun, Tracker, config_key, store_unavailable  # noqa: E402
+from backtest.tracking.run import TrackedRun, Tracker, config_key, open_run, store_unavailable  # noqa: E402
 from backtest.tracking.store import (  # noqa: E402
     TrackingConfig,
     default_artifact_location,
@@ -95,6 +95,7 @@ __all__ = [
     "flatten_config",
     "git_state",
     "is_secret_key",
+    "open_run",
     "prepare_store",
     "provenance_tags",
     "redact_config",

@@ -433,6 +433,19 @@ class TrackedRun:
                 ) from exc
             return pd.read_parquet(path)
 
+    def download(self, artifact_file: str, directory: Path | str) -> str | None:
+        """Download one artifact into ``directory``; its local path, or None when the run has no such file.
+
+        Raises TrackingError when the store cannot be read.
+        """
+        try:
+            listed = {info.path for info in self.tracker.client.list_artifacts(self.run_id, _parent(artifact_file))}
+            if artifact_file not in listed:
+                return None
+            return self.tracker.client.download_artifacts(self.run_id, artifact_file, str(directory))
+        except (MlflowException, OSError) as exc:
+            raise TrackingError(f"cannot read {artifact_file} of run {self.run_id}: {exc}") from None
+
     def list_artifacts(self, path: str | None = None) -> list[str]:
         """Paths of the run's artifacts (recursively) under ``path``; files only."""
         found: list[str] = []
@@ -496,6 +509,36 @@ class TrackedRun:
             path = Path(tmp) / Path(artifact_file).name
             path.write_text(text, encoding="utf-8")
             self.log_artifact(path, _parent(artifact_file))
+
+
+def open_run(run_id: str, uri: str | None, project_dir: Path | str) -> TrackedRun:
+    """A handle on an existing run of the store at ``uri`` (None: the project's SQLite store), with its
+    ``run_name``, in a :class:`Tracker` of the run's experiment; ending the run is left to its owner.
+
+    Raises TrackingError, with a fix, when the store (a SQLite file) or the run does not exist; the store
+    is not created.
+    """
+    resolved = resolve_tracking_uri(uri, project_dir)
+    if resolved.startswith("sqlite:///") and not Path(resolved[len("sqlite:///"):]).is_file():
+        raise TrackingError(
+            f"no MLflow store at {resolved[len('sqlite:///'):]}. Fix: pass the tracking URI of the store the run "
+            "was recorded in (--tracking-uri; the run summary's 'open the UI' line names it)."
+        )
+    client = mlflow.MlflowClient(tracking_uri=resolved)
+    try:
+        info = client.get_run(run_id).info
+        experiment = client.get_experiment(info.experiment_id).name
+    except MlflowException as exc:
+        if exc.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
+            raise TrackingError(f"the MLflow store {redact_uri(resolved)} refused run {run_id}: {exc.message}") \
+                from None
+        raise TrackingError(
+            f"run {run_id!r} not found in {redact_uri(resolved)}. Fix: copy the id the run summary prints ('MLflow "
+            "run ...') or the MLflow UI shows, and pass --tracking-uri when the run is in another store."
+        ) from None
+    run = Tracker(resolved, experiment, project_dir).attach(run_id)
+    run.run_name = info.run_name
+    return run
 
 
 def config_key(config: Mapping[str, Any]) -> str:

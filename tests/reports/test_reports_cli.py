@@ -117,8 +117,8 @@ def test_a_store_that_does_not_exist_is_not_created(tmp_path: Path, capsys) -> N
     uri = f"sqlite:///{tmp_path / 'typo.db'}"
     assert main(["drift", "--run-id", "abc", "--tracking-uri", uri]) == 2
     err = capsys.readouterr().err
-    assert err == f"error: no MLflow store at {tmp_path / 'typo.db'}. Fix: pass --tracking-uri of the store the " \
-                  "run was recorded in (the run summary's 'open the UI' line names it).\n"
+    assert err == f"error: no MLflow store at {tmp_path / 'typo.db'}. Fix: pass the tracking URI of the store " \
+                  "the run was recorded in (--tracking-uri; the run summary's 'open the UI' line names it).\n"
     assert not (tmp_path / "typo.db").exists()
 
 
