@@ -300,7 +300,7 @@ def run_backtest(
         result.returns, result.benchmark_returns, result.periods,
         scores=scores, labels=fwd, relevance=rel, turnover=result.annual_turnover,
         n_trials=n_trials, trial_sharpe_var=trial_sharpe_var, rng=np.random.default_rng(seed),
-        ndcg_depth=ndcg.depth, ndcg_gain=ndcg.gain,
+        ndcg_depth=ndcg.depth, ndcg_gain=ndcg.gain, ic_lags=labels.horizon_days - 1,
     )
     metrics["n_folds"] = float(len(folds))
     # Days on which the book was not the one chosen (blocked trades, stale marks): the summary shows them.

@@ -56,6 +56,7 @@ HEADLINE_KEYS: tuple[str, ...] = (
     "ann_return_ex_best_3_months",
     "ic_mean",
     "rank_ic_mean",
+    "rank_ic_se",
     "icir",
     "ndcg_at_5",
     "turnover",
@@ -492,6 +493,52 @@ def icir(scores: pd.Series, labels: pd.Series) -> float:
     return float(ic.mean() / ic.std(ddof=1))
 
 
+def mean_daily_rank_ic(scores: np.ndarray, target: np.ndarray, day_starts: np.ndarray) -> float:
+    """Mean daily rank IC of arrays already grouped by day (day g is rows ``day_starts[g]:day_starts[g+1]``).
+
+    The array form of ``rank_ic_mean`` for a validation metric evaluated every boosting round: Spearman
+    (Pearson of average ranks) per day, days with a constant side or fewer than 2 rows skipped; NaN when
+    no day counts.
+
+    >>> round(mean_daily_rank_ic(np.array([1., 2, 3, 3, 2, 1]), np.array([1., 2, 3, 1, 2, 3]), np.array([0, 3, 6])), 6)
+    0.0
+    """
+    from scipy.stats import rankdata
+
+    values = []
+    for a, b in zip(day_starts[:-1], day_starts[1:]):
+        if b - a < 2:
+            continue
+        x, y = rankdata(scores[a:b]), rankdata(target[a:b])
+        x, y = x - x.mean(), y - y.mean()
+        denom = np.sqrt((x * x).sum() * (y * y).sum())
+        if denom > 0:
+            values.append(float((x * y).sum() / denom))
+    return float(np.mean(values)) if values else float("nan")
+
+
+def hac_standard_error(values: pd.Series | np.ndarray, lags: int) -> float:
+    """Standard error of the mean of a serially correlated series (Newey-West, Bartlett weights).
+
+    A daily rank IC against a label of horizon h overlaps its neighbours' label windows for h - 1 days,
+    so ``lags = h - 1`` (4 for the default 5-day label); the plain ``std / sqrt(n)`` would understate the
+    error about twofold. NaNs are dropped; NaN with fewer than ``lags + 2`` values.
+
+    >>> round(hac_standard_error(np.array([1.0, -1.0] * 50), 0), 4)
+    0.1
+    """
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    n = len(x)
+    if n < lags + 2:
+        return float("nan")
+    d = x - x.mean()
+    var = float(d @ d) / n
+    for lag in range(1, lags + 1):
+        var += 2.0 * (1.0 - lag / (lags + 1)) * float(d[lag:] @ d[:-lag]) / n
+    return float(np.sqrt(max(var, 0.0) / n))
+
+
 #: Gain names of :func:`relevance_gains` (LightGBM's ``label_gain`` and :func:`daily_ndcg` share them).
 GAINS: tuple[str, ...] = ("linear", "exponential")
 
@@ -700,6 +747,7 @@ def headline_metrics(
     block_length: float = DEFAULT_BLOCK_LENGTH,
     ndcg_depth: int = 5,
     ndcg_gain: str | Sequence[float] = "linear",
+    ic_lags: int = 4,
 ) -> dict[str, float]:
     """All headline metrics of one backtest, keyed as in DESIGN.md (plus a few extras).
 
@@ -721,6 +769,8 @@ def headline_metrics(
         Seeded generator for ``sharpe_ci_low`` / ``sharpe_ci_high``; without one they are NaN.
     ndcg_depth, ndcg_gain : the NDCG the model trained / early-stopped on (:func:`ndcg_at_k`); its key
         is ``ndcg_at_<ndcg_depth>`` (``ndcg_at_5`` with the default portfolio of 5 stocks).
+    ic_lags : lags of ``rank_ic_se``, the Newey-West standard error of ``rank_ic_mean``
+        (:func:`hac_standard_error`): the label horizon less one day (4 for the 5-day label).
 
     Returns
     -------
@@ -728,7 +778,7 @@ def headline_metrics(
     ``ndcg_at_<ndcg_depth>``; NaN where the inputs were not given or the value is undefined, e.g. IC
     and NDCG when no scored sample has a known label yet). Extras beyond DESIGN.md:
     ``win_rate_vs_ew_daily``, ``benchmark_ann_return``, ``benchmark_sharpe``, ``sharpe_ci_low``,
-    ``sharpe_ci_high``.
+    ``sharpe_ci_high``, ``rank_ic_se``.
     """
     _paired(strategy, benchmark)
     nan = float("nan")
@@ -754,9 +804,10 @@ def headline_metrics(
     if scores is not None and labels is not None and _has_pairs(scores, labels):
         out["ic_mean"] = ic_mean(scores, labels)
         out["rank_ic_mean"] = rank_ic_mean(scores, labels)
+        out["rank_ic_se"] = hac_standard_error(daily_ic(scores, labels, "spearman"), ic_lags)
         out["icir"] = icir(scores, labels)
     else:
-        out.update(ic_mean=nan, rank_ic_mean=nan, icir=nan)
+        out.update(ic_mean=nan, rank_ic_mean=nan, rank_ic_se=nan, icir=nan)
     out[f"ndcg_at_{ndcg_depth}"] = (ndcg_at_k(scores, relevance, ndcg_depth, ndcg_gain)
                                     if scores is not None and relevance is not None and _has_pairs(scores, relevance)
                                     else nan)

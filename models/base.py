@@ -512,6 +512,10 @@ def _window_view_torch(wide, date_positions, window, code_positions):  # type: i
 #: The label processings whose target is integer relevance levels (``backtest.labels``: int64).
 LEVEL_PROCESSINGS: frozenset[str] = frozenset({"bins", "three_class"})
 
+#: Validation metrics a ranker can early-stop on: the mean daily rank IC with the target over the whole
+#: list, or NDCG at the ranker's ``ndcg_depth`` (the stocks bought).
+EARLY_STOPPING_METRICS: tuple[str, ...] = ("rank_ic", "ndcg")
+
 #: The config choice that gives each label processing (conf/label/*.yaml), for the ``fix:`` line.
 LABEL_OPTIONS: dict[str, str] = {
     "bins": "label=default (10 relevance bins)",

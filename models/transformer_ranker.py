@@ -32,7 +32,7 @@ import torch
 from backtest.errors import ConfigError, DataContractError, preview
 from backtest.labels import PROCESSINGS
 from backtest.metrics import daily_ic, ndcg_at_k
-from models.base import RankerBase, RankingData, window_view
+from models.base import EARLY_STOPPING_METRICS, RankerBase, RankingData, window_view
 from models.ranking_losses import LOSSES, listmle_loss, listnet_loss
 from models.stock_transformer import StockTransformer, StockTransformerConfig
 
@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 
 WEIGHTS_FILE = "model.pt"
 META_FILE = "ranker.json"
-METRICS = ("rank_ic", "ndcg")
 
 
 @dataclass(frozen=True)
@@ -98,11 +97,11 @@ class TransformerTrainingConfig:
         problems = []
         if self.loss not in LOSSES:
             problems.append(f"loss={self.loss!r} must be one of {sorted(LOSSES)}")
-        if self.early_stopping_metric not in METRICS:
+        if self.early_stopping_metric not in EARLY_STOPPING_METRICS:
             hint = " (the depth is ndcg_depth: early_stopping_metric=ndcg)" if self.early_stopping_metric.startswith(
                 "ndcg@") else ""
             problems.append(
-                f"early_stopping_metric={self.early_stopping_metric!r} must be one of {METRICS}{hint}"
+                f"early_stopping_metric={self.early_stopping_metric!r} must be one of {EARLY_STOPPING_METRICS}{hint}"
             )
         if isinstance(self.ndcg_depth, bool) or not isinstance(self.ndcg_depth, int) or self.ndcg_depth < 1:
             problems.append(f"ndcg_depth={self.ndcg_depth!r} must be a positive number of stocks")

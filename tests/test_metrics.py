@@ -282,7 +282,7 @@ def test_headline_metrics_keys_and_values():
     scores, labels = ic_example()
     out = metrics.headline_metrics(
         s, b, periods, scores=scores, labels=labels, relevance=labels.clip(lower=0), turnover=12.5,
-        n_trials=5, trial_sharpe_var=0.3, rng=np.random.default_rng(0), n_boot=200,
+        n_trials=5, trial_sharpe_var=0.3, rng=np.random.default_rng(0), n_boot=200, ic_lags=0,
     )
     assert list(out) == list(metrics.HEADLINE_KEYS)
     assert {"sharpe", "sortino", "ann_return", "cum_return", "ann_vol", "max_drawdown", "win_rate_vs_ew",
@@ -294,10 +294,12 @@ def test_headline_metrics_keys_and_values():
     assert out["win_rate_vs_ew"] == pytest.approx(2 / 3)
     assert out["turnover"] == 12.5
     assert out["rank_ic_mean"] == pytest.approx(0.8 / 3)
+    daily_rank_ic = metrics.daily_ic(scores, labels, "spearman")
+    assert out["rank_ic_se"] == pytest.approx(daily_rank_ic.std(ddof=0) / np.sqrt(3))  # lag 0: the plain error
     assert out["dsr"] < out["psr"]
     assert out["sharpe_ci_low"] < out["sharpe"] < out["sharpe_ci_high"]
     bare = metrics.headline_metrics(s, b, periods)
-    assert all(math.isnan(bare[k]) for k in ("ic_mean", "rank_ic_mean", "icir", "ndcg_at_5", "turnover",
+    assert all(math.isnan(bare[k]) for k in ("ic_mean", "rank_ic_mean", "rank_ic_se", "icir", "ndcg_at_5", "turnover",
                                              "sharpe_ci_low", "sharpe_ci_high"))
     assert bare["dsr"] == bare["psr"]
 
@@ -322,3 +324,31 @@ def test_bad_return_series_are_rejected_with_a_reason():
         metrics.win_rate_vs_ew_daily(daily([0.01, 0.02]), daily([0.01, 0.02], start="2025-01-01"))
     with pytest.raises(DataContractError, match="Series"):
         metrics.sharpe([0.01, 0.02])
+
+
+def test_hac_standard_error_is_the_bartlett_weighted_long_run_variance():
+    """Newey-West against its definition, Var(mean) = sum_i sum_j w(|i-j|) d_i d_j / n^2 with Bartlett
+    weights w(l) = 1 - l / (L + 1) for l <= L: an overlapping-label series (a 5-day moving sum of white
+    noise, true error sqrt(5) times the naive one) gets about sqrt(3.4) = 1.84 times it at lag 4."""
+    rng = np.random.default_rng(11)
+    noise = rng.normal(size=2004)
+    overlapping = np.convolve(noise, np.ones(5), mode="valid")[:600]
+    for lags in (0, 1, 4):
+        d = overlapping - overlapping.mean()
+        lag = np.abs(np.subtract.outer(np.arange(600), np.arange(600)))
+        weights = np.where(lag <= lags, 1.0 - lag / (lags + 1), 0.0)
+        expected = np.sqrt(d @ weights @ d) / 600
+        assert metrics.hac_standard_error(overlapping, lags) == pytest.approx(expected, rel=1e-10)
+    naive = overlapping.std() / np.sqrt(600)
+    assert 1.5 < metrics.hac_standard_error(overlapping, 4) / naive < 2.3
+    assert math.isnan(metrics.hac_standard_error(np.array([0.1, 0.2, np.nan]), 4))
+
+
+def test_mean_daily_rank_ic_matches_the_frame_version():
+    rng = np.random.default_rng(5)
+    scores, labels = rng.normal(size=600), rng.integers(0, 10, 600).astype(float)
+    scores[:200] = 1.0  # a constant day is skipped, as rank_ic_mean skips it
+    dates = np.repeat(pd.date_range("2024-01-01", periods=3), 200)
+    index = pd.MultiIndex.from_arrays([dates, np.tile(np.arange(200), 3)], names=["date", "code"])
+    frame_value = metrics.rank_ic_mean(pd.Series(scores, index=index), pd.Series(labels, index=index))
+    assert metrics.mean_daily_rank_ic(scores, labels, np.array([0, 200, 400, 600])) == pytest.approx(frame_value)

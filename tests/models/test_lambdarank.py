@@ -117,6 +117,37 @@ def test_early_stopping_follows_the_ndcg_the_headline_repeats(
     assert fit["best_score"][f"ndcg@{depth}"] == pytest.approx(ours.fillna(1.0).mean(), abs=1e-9)
 
 
+def test_early_stopping_on_the_rank_ic_over_the_whole_list(make_ranking_data: Factory) -> None:
+    """early_stopping_metric=rank_ic: the kept iteration is the best validation mean daily rank IC, the
+    value LightGBM reports is backtest.metrics' rank IC of the kept model, and the NDCG is not computed."""
+    data, _ = make_ranking_data(n_days=60, n_stocks=30, signal=0.5, seed=3)
+    train, valid = data.take(np.arange(0, 40 * 30)), data.take(np.arange(45 * 30, 60 * 30))
+    cfg = LambdaRankConfig(**{**SMALL, "num_boost_round": 60, "early_stopping_rounds": 5,
+                              "early_stopping_metric": "rank_ic"})
+    model = LambdaRankRanker(cfg).fit(train, valid)
+    fit = model.last_fit
+    assert set(fit["best_score"]) == {"rank_ic"}
+    assert model.booster is not None and model.booster.current_iteration() == fit["best_iteration"]
+    ours = oos_rank_ic(valid, model.predict(valid), valid.relevance.astype(float)).mean()
+    assert fit["best_score"]["rank_ic"] == pytest.approx(ours, abs=1e-9)
+    assert fit["best_score"]["rank_ic"] > 0.2  # the planted signal
+
+
+def test_min_rounds_keeps_at_least_that_many_trees(make_ranking_data: Factory) -> None:
+    """Pure-noise labels stop early after a handful of trees; min_rounds=25 keeps 25 or more, and the
+    best iteration is chosen among those."""
+    data, _ = make_ranking_data(n_days=60, n_stocks=30, signal=0.0, seed=4)
+    train, valid = data.take(np.arange(0, 40 * 30)), data.take(np.arange(45 * 30, 60 * 30))
+    base = {**SMALL, "num_boost_round": 60, "early_stopping_rounds": 3, "early_stopping_metric": "rank_ic"}
+    free = LambdaRankRanker(LambdaRankConfig(**base)).fit(train, valid).last_fit
+    held = LambdaRankRanker(LambdaRankConfig(**base, min_rounds=25)).fit(train, valid).last_fit
+    assert free["best_iteration"] < 25 <= held["best_iteration"] <= held["rounds"]
+    with pytest.raises(ConfigError, match="min_rounds"):
+        LambdaRankConfig(min_rounds=0)
+    with pytest.raises(ConfigError, match="(?s)early_stopping_metric.*fix"):
+        LambdaRankConfig(early_stopping_metric="ndcg@5")
+
+
 def test_fits_are_deterministic(make_ranking_data: Factory) -> None:
     data, _ = make_ranking_data(n_days=40, n_stocks=30, seed=4)
     cfg = LambdaRankConfig(**{**SMALL, "feature_fraction": 0.5, "seed": 11})
