@@ -197,9 +197,13 @@ def _build(node: DictConfig, **kwargs: Any) -> Any:
     return hydra.utils.instantiate(node, _convert_="all", **kwargs)
 
 
-def load_panel(cfg: DictConfig) -> pd.DataFrame:
-    """Build the panel from the ``data`` group (synthetic, parquet/csv, tushare)."""
-    return _build(cfg.data)
+def load_panel(cfg: DictConfig) -> tuple[pd.DataFrame, Any]:
+    """Build the panel from the ``data`` group (synthetic, parquet/csv, tushare), with the synthetic
+    market behind it (None for real data)."""
+    from backtest.data.synthetic import SyntheticMarket
+
+    built = _build(cfg.data)
+    return (built.panel, built) if isinstance(built, SyntheticMarket) else (built, None)
 
 
 def summarize_panel(panel: pd.DataFrame, fingerprint: str) -> str:
@@ -268,6 +272,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     _stop_on_signals()
     trial = _sweep_trial()
     from backtest.cache import cache_paths
+    from backtest.data.synthetic import oracle_scores
     from backtest.engine import EngineOptions, plan_backtest, run_backtest
     from backtest.errors import StoreUnavailableError
     from backtest.leakage import is_comparable
@@ -296,7 +301,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     leak_demo = bool(schedule.leak_demo)
 
     t0 = time.perf_counter()
-    panel = load_panel(cfg)
+    panel, market = load_panel(cfg)
     data_fp = panel_fingerprint(panel)
     log.info("panel loaded in %.1f s\n%s", time.perf_counter() - t0, summarize_panel(panel, data_fp))
     # Labels and folds next: a schedule the data cannot serve is refused before the store is touched.
@@ -325,6 +330,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                 panel, features=feature_spec, label=label_spec, schedule=schedule, ranker_factory=ranker_factory,
                 portfolio=portfolio_spec, data_fingerprint=data_fp, options=options, n_trials=n_trials,
                 trial_sharpe_var=trial_sharpe_var(tracker, study), seed=int(cfg.seed), on_fold=progress, plan=plan,
+                oracle=oracle_scores(market, label_spec.exit_offset - label_spec.entry_offset) if market else None,
             )
         except LeakageError:
             mlrun.set_tags({"leak_guard": "failed", "data_fingerprint": data_fp})

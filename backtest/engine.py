@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from backtest.baselines import Baselines, run_baselines
 from backtest.checksum import CHECKSUM_ALGORITHM, checksum
 from backtest.errors import ConfigError, FeatureAuditError, InsufficientHistoryError
 from backtest.features.audit import AuditReport, audit_features, choose_cutoffs
@@ -46,7 +47,7 @@ from backtest.features.registry import FeatureRegistry
 from backtest.features.sets import FeatureSetSpec, select_by_gain
 from backtest.labels import Labels, LabelSpec, make_labels
 from backtest.leakage import GuardStatus, LeakageRecord, feature_audit_status, fold_rows, leak_guard_status
-from backtest.metrics import daily_ic, headline_metrics, ndcg_at_k
+from backtest.metrics import daily_ic, headline_metrics, ndcg_at_k, rank_ic_mean
 from backtest.portfolio import PortfolioResult, PortfolioSpec, check_universe, simulate
 from backtest.provenance import code_fingerprint
 from backtest.splits import Fold, RollingSchedule
@@ -70,6 +71,9 @@ class EngineOptions:
     checkpoint_dir : fold checkpoints (None: no checkpoints, no resume).
     audit_cutoffs : number of cutoff dates of the feature audit (0 switches it off; the run is then
         not comparable).
+    baselines : also run the best-factor and linear baselines on the same folds
+        (:mod:`backtest.baselines`; their ``baseline_*`` metrics). They add metrics and never change the
+        model's.
 
     Raises
     ------
@@ -84,6 +88,7 @@ class EngineOptions:
     feature_cache_dir: Path | None = None
     checkpoint_dir: Path | None = None
     audit_cutoffs: int = 3
+    baselines: bool = True
 
     def __post_init__(self) -> None:
         from joblib.parallel import BACKENDS, EXTERNAL_BACKENDS
@@ -154,6 +159,8 @@ class BacktestResult:
     #: :func:`backtest.provenance.code_fingerprint` of this process: the source and package versions that
     #: can change the result; it keys the checkpoints (and, for the feature code, the feature cache)
     code_fingerprint: str = ""
+    #: the baselines on the same folds (None when ``EngineOptions.baselines`` is off)
+    baselines: Baselines | None = None
     #: folds read from checkpoints instead of computed
     resumed_folds: int = 0
     #: the code fingerprint the resumed folds were computed by (read from their checkpoints, which are
@@ -212,6 +219,7 @@ def run_backtest(
     on_fold: Callable[[FoldOutcome, int], None] | None = None,
     registry: FeatureRegistry | None = None,
     plan: BacktestPlan | None = None,
+    oracle: pd.Series | None = None,
 ) -> BacktestResult:
     """Run a leakage-guarded rolling backtest of ``ranker_factory``'s model on ``panel``.
 
@@ -226,6 +234,9 @@ def run_backtest(
     registry : the feature indicators (default: the library's registry); the audit covers them all.
     plan : :func:`plan_backtest` of the same panel, label and schedule, when the caller made it first
         (to refuse a bad schedule before opening a tracked run); None makes it here.
+    oracle : on a synthetic market, the scores of its oracle (:func:`backtest.data.synthetic.oracle_scores`,
+        indexed by (date, code)): ``oracle_rank_ic`` is their rank IC on the model's scored rows and
+        ``signal_capture`` the model's rank IC as a share of it. Never an input of the model.
 
     Raises
     ------
@@ -306,6 +317,15 @@ def run_backtest(
     # Days on which the book was not the one chosen (blocked trades, stale marks): the summary shows them.
     metrics["days_blocked"] = float(result.days_blocked)
     metrics["rebalances_blocked"] = float(result.rebalances_blocked)
+    if oracle is not None:
+        metrics["oracle_rank_ic"] = rank_ic_mean(oracle.reindex(scores.index), fwd)
+        metrics["signal_capture"] = metrics["rank_ic_mean"] / metrics["oracle_rank_ic"]
+    baselines = None
+    if options.baselines:
+        t0 = time.perf_counter()
+        baselines = run_baselines(panel, matrix, labels, folds, portfolio, result, scores, seed=seed)
+        metrics.update(baselines.metrics)
+        timings["baselines_s"] = time.perf_counter() - t0
     fold_metrics = pd.DataFrame([{"fold": o.fold, **o.metrics} for o in outcomes]).set_index("fold")
     importance = pd.DataFrame({o.fold: o.importance for o in outcomes}).T.rename_axis("fold").fillna(0.0)
     records = [f.record for f in folds]
@@ -314,7 +334,7 @@ def run_backtest(
         scores=scores, portfolio=result, metrics=metrics, fold_metrics=fold_metrics, records=records,
         importance=importance, audit=audit, labels=labels, features=matrix, feature_names=list(matrix.names),
         leak_guard=leak_guard_status(records), feature_audit=feature_audit_status(audit),
-        feature_cache_hit=cache_hit, ndcg_depth=ndcg.depth, code_fingerprint=code_fp,
+        feature_cache_hit=cache_hit, ndcg_depth=ndcg.depth, code_fingerprint=code_fp, baselines=baselines,
         resumed_folds=sum(o.resumed for o in outcomes),
         resumed_from=",".join(sorted(ckpt.resumed_from)) if ckpt and ckpt.resumed_from else None,
         timings=timings,
@@ -365,8 +385,10 @@ def _fit_predict(ranker: Ranker, samples: RankingData, data: RankingData, fold: 
     ranker.fit(train, valid)
     scores = np.asarray(ranker.predict(data.take(predict_rows)), dtype=np.float64)
     seconds = time.perf_counter() - t0
-    return FoldOutcome(fold.fold, scores, predict_rows, dict(ranker.feature_importance()),
-                       _fold_metrics(fold, scores, predict_rows, index, labels, seconds, ndcg))
+    metrics = _fold_metrics(fold, scores, predict_rows, index, labels, seconds, ndcg)
+    # the trees (a booster's kept iterations) or epochs the fitted model uses, where the ranker says
+    metrics["trees"] = float(getattr(ranker, "last_fit", {}).get("best_iteration", float("nan")))
+    return FoldOutcome(fold.fold, scores, predict_rows, dict(ranker.feature_importance()), metrics)
 
 
 def _stateless_fold(factory: RankerFactory, samples: RankingData, data: RankingData, fold: Fold, labels: Labels,

@@ -4,7 +4,8 @@ the provenance and guard tags, at the paths of :data:`backtest.tracking.layout.A
 ::
 
     BacktestResult --record_backtest--> run: headline metrics, per-fold metrics, predictions, positions,
-                                         daily returns, periods, feature importance, per-fold feature
+                                         daily returns (with the baselines'), the best factor of each
+                                         fold, periods, feature importance, per-fold feature
                                          PSI, leakage records, feature audit, reports/, then the tags
                                          (comparable last)
 
@@ -57,7 +58,11 @@ def record_backtest(run: TrackedRun, result: BacktestResult, *, provenance: Prov
     p = result.portfolio
     run.log_frame(result.scores.to_frame(), ARTIFACTS.predictions)
     run.log_frame(p.positions, ARTIFACTS.positions)
-    run.log_frame(pd.DataFrame({"strategy": p.returns, "equal_weight": p.benchmark_returns}), ARTIFACTS.daily_returns)
+    daily = {"strategy": p.returns, "equal_weight": p.benchmark_returns}
+    if result.baselines is not None:
+        daily.update({f"baseline_{name}": b.portfolio.returns for name, b in result.baselines.runs.items()})
+        run.log_frame(result.baselines.choices, ARTIFACTS.baseline_choices)
+    run.log_frame(pd.DataFrame(daily), ARTIFACTS.daily_returns)
     run.log_frame(p.periods, ARTIFACTS.periods)
     run.log_frame(result.fold_metrics, ARTIFACTS.fold_metrics)
     run.log_frame(result.importance, ARTIFACTS.feature_importance)

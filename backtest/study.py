@@ -46,7 +46,6 @@ STUDY_TABLE = {"sharpe": "Sharpe", "sharpe_ci_low": "CI low", "sharpe_ci_high": 
                "sharpe_ex_best_month": "ex best month", "rank_ic_mean": "rank IC", "dsr": "DSR",
                "diff_vs_baseline": "vs baseline"}
 #: Per-run metrics a study report reads from each trial besides its daily returns.
-TRIAL_METRICS = ("rank_ic_mean", "turnover")
 DEFAULT_PBO_BLOCKS = 16
 
 
@@ -144,7 +143,7 @@ def build_report(tracker: Tracker, study: str, *, n_trials: int = 0, pbo_blocks:
     ------
     TrackingError : the study has no finished run.
     """
-    from backtest.reports.study import build_study_report
+    from backtest.reports.study import TRIAL_RUN_METRICS, build_study_report
 
     runs, n_configs = study_trials(tracker, study)
     if not len(runs):
@@ -159,7 +158,7 @@ def build_report(tracker: Tracker, study: str, *, n_trials: int = 0, pbo_blocks:
     benchmark = benchmarks[labels.iloc[0]]
     varied = [c for c in runs.columns if c.startswith("params.") and runs[c].nunique(dropna=False) > 1]
     trial_metrics = pd.DataFrame({
-        **{k: runs.get(f"metrics.{k}", pd.Series(float("nan"), index=runs.index)) for k in TRIAL_METRICS},
+        **{k: runs.get(f"metrics.{k}", pd.Series(float("nan"), index=runs.index)) for k in TRIAL_RUN_METRICS},
         **{c.removeprefix("params."): runs[c] for c in varied},
         "comparable": runs.get("tags.comparable", pd.Series("", index=runs.index)),
         "minutes": (runs["end_time"] - runs["start_time"]).dt.total_seconds() / 60,  # wall time of the run
@@ -297,7 +296,7 @@ def digest(directory: Path | str) -> str:
     """One markdown table of every study report under ``directory`` (``experiments/``): a row per trial
     with its Sharpe and interval, Sharpe without the best month, rank IC, study-wide DSR, the paired
     difference from the baseline with its verdict and the run's minutes; a line per study with its
-    period, N and PBO. ``make studies`` writes it to ``experiments/README.md``."""
+    period, N and PBO. ``make studies`` writes it to ``experiments/digest.md``."""
     import json
 
     from backtest.reports.files import STUDY_REPORT_FILES

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, Self
 
 import lightgbm as lgb
@@ -25,6 +25,9 @@ from backtest.metrics import GAINS, mean_daily_rank_ic, relevance_gains
 from models.base import EARLY_STOPPING_METRICS, LEVEL_PROCESSINGS, RankerBase, RankingData, label_processing_fix
 
 log = logging.getLogger(__name__)
+
+#: ``truncation_level`` that keeps every pair of a day: more positions than a day's universe holds.
+WHOLE_LIST = 10_000
 
 BOOSTER_FILE = "booster.txt"
 META_FILE = "ranker.json"
@@ -47,8 +50,13 @@ class LambdaRankConfig:
         whole upper half of the order informative.
     ndcg_depth : the NDCG depth: the stocks bought per day (``portfolio.top_k`` in the config). The
         validation NDCG at this depth drives early stopping, and the headline NDCG repeats it.
-    truncation_level : ``lambdarank_truncation_level`` (pairs involving the top positions only);
-        None -> ``ndcg_depth + 3`` (15-20% faster than LightGBM's 30, same quality at depth 5).
+    truncation_level : ``lambdarank_truncation_level``: LambdaRank's pairs are those involving the
+        top ``truncation_level`` positions of the current ranking. Default :data:`WHOLE_LIST` (more
+        positions than any day has stocks): every pair of the day counts. Truncated near the portfolio
+        depth (None -> ``ndcg_depth + 3``, 8 stocks of ~300) the gradient of a day rests on its top 8
+        names, which on a 5-day return is mostly noise: on the default market the out-of-sample rank
+        IC was +0.023 (s.e. 0.005), below the best single factor's +0.039, against +0.046 (0.004) over
+        the whole list (``experiments/early_stopping/``). The whole list costs about 1.6x the time.
     num_leaves, learning_rate, min_data_in_leaf, feature_fraction, lambda_l2, max_bin : tree growth;
         ``min_data_in_leaf`` ~ one day's cross-section keeps leaves from fitting single days.
     num_boost_round : rounds of a fresh fit; early stopping (``early_stopping_rounds``, None = off) on
@@ -71,7 +79,7 @@ class LambdaRankConfig:
     n_bins: int = 10
     label_gain: str | tuple[float, ...] = "linear"
     ndcg_depth: int = 5
-    truncation_level: int | None = None
+    truncation_level: int | None = WHOLE_LIST
     num_leaves: int = 31
     learning_rate: float = 0.05
     min_data_in_leaf: int = 300
@@ -184,7 +192,8 @@ class EarlyStopping:
         if counted and (found[0][2] > self.best_score or not self.best_results):
             self.best_score, self.best_iteration = found[0][2], env.iteration
             self.best_results = list(env.evaluation_result_list)
-        stop = (counted and env.iteration - self.best_iteration >= self.rounds) or env.iteration == env.end_iteration - 1
+        last = env.iteration == env.end_iteration - 1
+        stop = (counted and env.iteration - self.best_iteration >= self.rounds) or last
         if stop:
             raise lgb.callback.EarlyStopException(self.best_iteration, self.best_results)
 
@@ -441,7 +450,8 @@ class LambdaRankRanker(RankerBase):
             valid_sets, valid_names = [self._dataset(valid, train_ds, params)], ["valid"]
             if cfg.early_stopping_rounds:
                 name = f"ndcg@{cfg.ndcg_depth}" if cfg.early_stopping_metric == "ndcg" else "rank_ic"
-                callbacks.append(EarlyStopping(name, cfg.early_stopping_rounds, min_rounds=1 if warm else cfg.min_rounds))
+                minimum = 1 if warm else cfg.min_rounds
+                callbacks.append(EarlyStopping(name, cfg.early_stopping_rounds, min_rounds=minimum))
             if cfg.early_stopping_metric == "rank_ic":
                 feval = _rank_ic_feval(valid)
         rounds = cfg.warm_start_rounds if warm else cfg.num_boost_round

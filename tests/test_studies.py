@@ -25,6 +25,8 @@ from backtest.study import digest
 STUDIES = sorted(p.stem for p in (Path(cli.CONF_DIR) / "study").glob("*.yaml"))
 TINY_MARKET = ["data.n_stocks=60", "data.n_members=40", "data.start=2023-06-01", "backtest.test_start=2025-09-01",
                "engine.feature_cache=false", "engine.checkpoints=false", "tracking.tearsheet=false"]
+# a study whose trials need more history than the tiny market's 547 labelled days before its test
+TINY_EXTRA = {"early_stopping": ["backtest.train_window=300"]}
 
 
 def test_the_research_log_studies_are_found() -> None:
@@ -45,7 +47,8 @@ def test_study_runs_end_to_end_and_reports(study: str, tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "backtest", "-m", f"+study={study}", *TINY_MARKET, f"tracking.uri={uri}",
+        [sys.executable, "-m", "backtest", "-m", f"+study={study}", *TINY_MARKET, *TINY_EXTRA.get(study, []),
+         f"tracking.uri={uri}",
          f"engine.cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
         capture_output=True, text=True, env=env, timeout=1800, cwd=tmp_path,
     )

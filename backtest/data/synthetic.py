@@ -119,6 +119,16 @@ class MarketTruth:
     drift: np.ndarray  # slow stock-specific drift, daily log return
     flow: np.ndarray  # informed flow (unit variance)
     industry_tilt: dict[str, float] = field(default_factory=dict)
+    #: the parts of the expected return that the data reveal (see :func:`observable_expected_return`):
+    #: the transient price deviation (date x code), the informed flow's daily return per unit of flow
+    #: (per code), the regime part of each industry's daily return (date x industry), each code's
+    #: industry, and the AR(1) persistence of the flow and of the transient deviation
+    transient: np.ndarray | None = None
+    flow_scale: np.ndarray | None = None
+    industry_drift: np.ndarray | None = None
+    industry_of: np.ndarray | None = None
+    flow_persistence: float = 0.0
+    reversal_persistence: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -262,6 +272,9 @@ def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
     truth = MarketTruth(
         dates=pd.DatetimeIndex(dates, name="date"), codes=pd.Index(codes, name="code"), regime=regime,
         drift=drift, flow=flow, industry_tilt=dict(zip(industry_names.tolist(), tilt.tolist())),
+        transient=transient, flow_scale=cfg.mf_strength * sigma,
+        industry_drift=cfg.industry_regime_strength * tilt[None, :] * regime[:, None], industry_of=industry_idx,
+        flow_persistence=cfg.flow_persistence, reversal_persistence=cfg.reversal_persistence,
     )
     log.info("synthetic market: %d days x %d stocks, %d rows", T, N, len(panel))
     return SyntheticMarket(panel=panel, truth=truth)
@@ -601,10 +614,48 @@ def _shift(x: np.ndarray, k: int, fill: float = np.nan) -> np.ndarray:
     return out
 
 
-def synthetic_panel(**params: object) -> pd.DataFrame:
-    """The synthetic panel from keyword parameters (the ``data=synthetic`` config group)."""
+def observable_expected_return(truth: MarketTruth, days: int) -> np.ndarray:
+    """Expected log return over the ``days`` daily returns after each date (date x code), from the
+    planted components that the data reveal, given the latent states on that date.
+
+    With ``phi`` the AR(1) persistence of each state, the return of day ``s`` holds
+    ``flow_scale * flow[s-1]``, ``transient[s] - transient[s-1]`` and the industry's regime part, so over
+    days ``t+1 .. t+days``::
+
+        E = flow_scale * flow[t] * (1 - phi_f**days) / (1 - phi_f)      informed flow (seen in money flow)
+          + transient[t] * (phi_r**days - 1)                             reversal (seen in past returns)
+          + industry_drift[t, g] * days                                  industry x regime
+
+    The slow drift (unobservable by construction), the market, size and noise terms are left out: the
+    first is what no feature can see, the others are common to a day or unpredictable. This is an
+    upper bound for a model, not a model: the states are the generator's, which features only estimate
+    (the money flow carries them with noise, the regime must be inferred).
+    """
+    states = (truth.transient, truth.flow_scale, truth.industry_drift, truth.industry_of)
+    if any(state is None for state in states):
+        raise ConfigError("the synthetic market's truth lacks its observable states; make it with simulate_market")
+    phi_f, phi_r = truth.flow_persistence, truth.reversal_persistence
+    flow_sum = (1.0 - phi_f**days) / (1.0 - phi_f)
+    return (truth.flow_scale[None, :] * truth.flow * flow_sum
+            + truth.transient * (phi_r**days - 1.0)
+            + truth.industry_drift[:, truth.industry_of] * days)
+
+
+def oracle_scores(market: SyntheticMarket, days: int) -> pd.Series:
+    """:func:`observable_expected_return` on every row of the market's panel, indexed by (date, code):
+    the oracle that ranks by the planted observable components (``oracle_rank_ic``)."""
+    wide = observable_expected_return(market.truth, days)
+    index = market.panel.index
+    rows = market.truth.dates.get_indexer(index.get_level_values(0))
+    cols = market.truth.codes.get_indexer(index.get_level_values(1))
+    return pd.Series(wide[rows, cols], index=index, name="oracle")
+
+
+def synthetic_market(**params: object) -> SyntheticMarket:
+    """The synthetic market (panel and truth) from keyword parameters (the ``data=synthetic`` config
+    group): the panel is the data, the truth gives the oracle of a run on it."""
     names = set(SyntheticMarketConfig.__dataclass_fields__)
     unknown = sorted(set(params) - names)
     if unknown:
         raise ConfigError(f"data=synthetic: unknown parameter(s) {unknown}; known: {sorted(names)}")
-    return generate_market(SyntheticMarketConfig(**params))  # type: ignore[arg-type]
+    return simulate_market(SyntheticMarketConfig(**params))  # type: ignore[arg-type]

@@ -8,8 +8,8 @@ best of them overstates what the winner will do next: this report says how much,
 - **Probability of backtest overfitting** (:func:`pbo_cscv`, combinatorially symmetric cross-validation
   of Bailey, Borwein, Lopez de Prado & Zhu 2015): how often the trial that is best on one half of the
   period ranks at or below the median on the other half.
-- **Paired comparison with a baseline** (:func:`paired_sharpe_difference`): the Sharpe difference of each
-  trial and the baseline with a stationary-bootstrap interval that resamples the same days for both.
+- **Paired comparison with a baseline** (:func:`backtest.metrics.paired_sharpe_difference`): the Sharpe
+  difference of each trial and the baseline with a stationary-bootstrap interval that resamples the same days for both.
 
 Everything here is a pure function of pandas objects: :func:`build_study_report` computes a
 :class:`StudyReport`, :func:`write_study_report` writes it as HTML (self-contained), markdown, CSV and
@@ -38,6 +38,7 @@ from matplotlib.figure import Figure
 
 from backtest import metrics as m
 from backtest.errors import DataContractError, preview
+from backtest.metrics import paired_sharpe_difference
 from backtest.reports.drift import markdown_table
 from backtest.reports.files import STUDY_REPORT_FILES
 from backtest.reports.plots import _BENCHMARK_COLOR, _STYLE, _save
@@ -53,7 +54,6 @@ __all__ = [
     "PBOResult",
     "StudyReport",
     "build_study_report",
-    "paired_sharpe_difference",
     "pbo_cscv",
     "study_summary",
     "trial_colors",
@@ -354,79 +354,6 @@ def pbo_cscv(
 # Paired comparison with a baseline
 
 
-def paired_sharpe_difference(
-    returns: pd.Series,
-    baseline: pd.Series,
-    rng: np.random.Generator,
-    n_boot: int = 1000,
-    block_length: float = m.DEFAULT_BLOCK_LENGTH,
-    confidence: float = 0.95,
-) -> tuple[float, float, float]:
-    """Annualised ``sharpe(returns) - sharpe(baseline)`` and its paired bootstrap percentile interval.
-
-    Every resample draws one set of day indices (:func:`backtest.metrics.stationary_bootstrap_indices`,
-    blocks of mean ``block_length`` days) and applies it to both series, so the noise they share (the
-    market of the same days) cancels out of the difference: the interval is far narrower than the two
-    Sharpe intervals side by side.
-
-    Parameters
-    ----------
-    returns, baseline : Series of daily returns indexed by the same dates
-        Different dates are refused (a difference of Sharpe ratios over different periods measures the
-        periods, not the strategies); align them first: ``returns.align(baseline, join="inner")``.
-    rng : seeded numpy Generator (reproducible interval).
-    n_boot, block_length, confidence : as :func:`backtest.metrics.sharpe_ci`.
-
-    Returns
-    -------
-    (difference, low, high) : floats; NaN where a Sharpe ratio is undefined (fewer than 2 days, flat).
-    Resamples in which either series is flat are left out of the percentiles.
-
-    Examples
-    --------
-    >>> days = pd.bdate_range("2024-01-01", periods=4)
-    >>> a = pd.Series([0.01, -0.01, 0.02, 0.0], index=days)
-    >>> paired_sharpe_difference(a, a, np.random.default_rng(0))
-    (0.0, 0.0, 0.0)
-    """
-    for name, series in (("returns", returns), ("baseline", baseline)):
-        if not isinstance(series, pd.Series):
-            raise DataContractError(
-                f"paired Sharpe difference: {name} must be a Series of daily returns indexed by date; received "
-                f"{type(series).__name__}."
-            )
-    if not returns.index.equals(baseline.index):
-        only_returns = returns.index.difference(baseline.index)
-        only_baseline = baseline.index.difference(returns.index)
-        raise DataContractError(
-            "paired Sharpe difference: returns and baseline must cover the same dates in the same order; dates "
-            f"only in returns: {len(only_returns)} ({preview(only_returns, 3)}), only in baseline: "
-            f"{len(only_baseline)} ({preview(only_baseline, 3)}). Fix: returns.align(baseline, join='inner')."
-        )
-    if not 0.0 < confidence < 1.0:
-        raise DataContractError(f"paired Sharpe difference: confidence must be in (0, 1); received {confidence}.")
-    difference = m.sharpe(returns) - m.sharpe(baseline)  # also validates the values
-    nan = float("nan")
-    if not np.isfinite(difference):
-        return nan, nan, nan
-    idx = m.stationary_bootstrap_indices(len(returns), n_boot, rng, block_length)
-    diffs = _resampled_sharpe(returns.to_numpy(np.float64)[idx]) - _resampled_sharpe(
-        baseline.to_numpy(np.float64)[idx]
-    )
-    if not np.isfinite(diffs).any():
-        return float(difference), nan, nan
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    low, high = np.nanpercentile(diffs, [tail, 100.0 - tail])
-    return float(difference), float(low), float(high)
-
-
-def _resampled_sharpe(samples: np.ndarray) -> np.ndarray:
-    """Annualised Sharpe of each row of (n_boot, n) resamples; NaN for a flat row."""
-    std = samples.std(axis=1, ddof=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(std > 0, samples.mean(axis=1) / std * np.sqrt(m.PERIODS_PER_YEAR), np.nan)
-
-
 def _verdict(low: float, high: float) -> str:
     if not (np.isfinite(low) and np.isfinite(high)):
         return _VERDICT_UNDEFINED
@@ -502,6 +429,8 @@ _TRIAL_COLUMNS = (
     "sharpe_ex_best_3_months",
     "ann_return_ex_best_3_months",
     "rank_ic_mean",
+    "rank_ic_se",
+    "baseline_factor_rank_ic_mean",
     "turnover",
     "psr",
     "dsr",
@@ -510,7 +439,9 @@ _TRIAL_COLUMNS = (
     "diff_ci_high",
     "verdict",
 )
-_FROM_TRIAL_METRICS = ("rank_ic_mean", "turnover")
+#: The run metrics a study's trials table reads from each trial's run (the rest is computed from returns):
+#: the rank IC with its standard error, the best single factor's rank IC on the same folds, turnover.
+TRIAL_RUN_METRICS = ("rank_ic_mean", "rank_ic_se", "baseline_factor_rank_ic_mean", "turnover")
 
 
 def _aligned_returns(returns: pd.DataFrame, benchmark: pd.Series, notes: list[str]) -> pd.DataFrame:
@@ -666,7 +597,7 @@ def build_study_report(
             rest = m.drop_best_months(r, n_months)
             row[f"sharpe_ex_best_{suffix}"] = m.sharpe(rest)
             row[f"ann_return_ex_best_{suffix}"] = m.ann_return(rest)
-        row.update(rank_ic_mean=np.nan, turnover=np.nan, psr=m.psr(r))
+        row.update({key: np.nan for key in TRIAL_RUN_METRICS}, psr=m.psr(r))
         diff, low, high = paired_sharpe_difference(
             r, frame[baseline], np.random.default_rng([seed, position, 1]), n_boot
         )
@@ -697,7 +628,7 @@ def build_study_report(
             notes.append(
                 f"trial_metrics has no row for {preview(missing)}: their rank IC, turnover and config are blank."
             )
-        for key in _FROM_TRIAL_METRICS:
+        for key in TRIAL_RUN_METRICS:
             column = _metric_column(trial_metrics, key)
             if column is not None:
                 trials[key] = column.reindex(names).to_numpy(np.float64)

@@ -7,11 +7,13 @@ numbers the HTML tearsheet shows; the lines below them come from the run's headl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pandas as pd
 
+from backtest.baselines import comparison_table, factor_verdict
 from backtest.reports.tearsheet import PERCENT_ROWS, tearsheet_metrics
 
 #: Rows of the tearsheet table shown in the summary, with the label printed for each.
@@ -73,6 +75,7 @@ def summary_text(returns: pd.Series, benchmark: pd.Series, metrics: Mapping[str,
         f"NDCG@{run.ndcg_depth} {m.get(f'ndcg_at_{run.ndcg_depth}', nan):.4f}; "
         f"PSR {m.get('psr', nan):.3f}, {_dsr_text(m)}; "
         f"Sharpe 95% CI [{m.get('sharpe_ci_low', nan):+.2f}, {m.get('sharpe_ci_high', nan):+.2f}]",
+        *baseline_lines(m),
         f"leak guard      {run.leak_guard}   feature audit {run.feature_audit}   "
         f"comparable {'yes' if run.comparable else 'NO'}",
         f"MLflow run      {run.run_id}",
@@ -88,3 +91,24 @@ def _dsr_text(metrics: Mapping[str, float]) -> str:
     if "dsr" not in metrics and "dsr_provisional" in metrics:
         return f"DSR {metrics['dsr_provisional']:.3f} (provisional: the study's DSR comes when the sweep ends)"
     return f"DSR {metrics.get('dsr', float('nan')):.3f}"
+
+
+def baseline_lines(metrics: Mapping[str, float]) -> list[str]:
+    """The model against its baselines on the same folds (:func:`backtest.baselines.comparison_table`),
+    the verdict against the best factor and, on a synthetic market, the signal captured."""
+    table = comparison_table(metrics)
+    if len(table) < 2:
+        return []
+    out = ["", f"{'same folds, purge, portfolio, costs':40}{'rank IC':>9}{'(s.e.)':>9}{'Sharpe':>8}{'ex best mo.':>12}"]
+    for label, row in table.iterrows():
+        se = f"({row['s.e.']:.4f})" if math.isfinite(row["s.e."]) else ""
+        cells = [f"{row[c]:+.2f}" if math.isfinite(row[c]) else "" for c in ("Sharpe", "Sharpe ex best month")]
+        ic = f"{row['rank IC']:+.4f}" if math.isfinite(row["rank IC"]) else ""
+        out.append(f"{label:40}{ic:>9}{se:>9}{cells[0]:>8}{cells[1]:>12}")
+    verdict = factor_verdict(metrics)
+    if verdict:
+        out.append(verdict)
+    if "signal_capture" in metrics:
+        out.append(f"signal capture  {metrics['signal_capture']:.1%} of the oracle's rank IC (an upper bound from "
+                   "the generator's latent states; README \"Baselines\")")
+    return out

@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from backtest import metrics
+from backtest.baselines import comparison_table, factor_verdict
 from backtest.reports.returns import check_daily_returns
 
 logger = logging.getLogger(__name__)
@@ -249,6 +250,19 @@ def robustness_html(evidence: RunEvidence | None, *, ndays: int | None = None,
             ("comparable", "yes" if evidence.comparable else "NO", evidence.comparable),
         ]
     )
+    baselines = comparison_table(m)
+    against = ""
+    if len(baselines) > 1:
+        cells = "".join(
+            f"<tr><td>{html.escape(str(label))}</td><td>{_fmt(row['rank IC'], '+.4f')}</td>"
+            f"<td>{_fmt(row['s.e.'], '.4f')}</td><td>{_fmt(row['Sharpe'], '.2f')}</td>"
+            f"<td>{_fmt(row['Sharpe ex best month'], '.2f')}</td></tr>"
+            for label, row in baselines.iterrows())
+        verdict = html.escape(factor_verdict(m))
+        capture = f"; signal capture {_fmt(m['signal_capture'], '.1%')} of the oracle" if "signal_capture" in m else ""
+        against = ("<table><thead><tr><th>Same folds and costs</th><th>rank IC</th><th>s.e.</th><th>Sharpe</th>"
+                   f"<th>ex best month</th></tr></thead><tbody>{cells}</tbody></table>"
+                   f"<p class='note'>{verdict}{capture}</p>")
     warning = "" if evidence.comparable else (
         "<p class='warn'>Not comparable: a leakage guard failed or was switched off. These numbers must not be "
         "compared with other runs.</p>")
@@ -265,7 +279,7 @@ def robustness_html(evidence: RunEvidence | None, *, ndays: int | None = None,
         f"<tbody>{first}</tbody></table>"
         f"<table><thead><tr><th>Evidence</th><th>value</th></tr></thead><tbody>{second}</tbody></table>"
         f"<table><thead><tr><th>Guards</th><th>verdict</th></tr></thead><tbody>{guards}</tbody></table>"
-        f"{rolling}</section><hr>"
+        f"{against}{rolling}</section><hr>"
     )
 
 

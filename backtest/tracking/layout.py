@@ -28,10 +28,12 @@ class RunArtifacts:
     config: str = "config/config.yaml"  # the resolved config, secrets redacted
     predictions: str = "data/predictions.parquet"  # score per (date, code) on the decision dates
     positions: str = "data/positions.parquet"  # weights per (date, code)
-    daily_returns: str = "data/daily_returns.parquet"  # columns strategy, equal_weight; indexed by date
+    # columns strategy, equal_weight and baseline_<name> of each baseline (backtest.baselines); by date
+    daily_returns: str = "data/daily_returns.parquet"
     periods: str = "data/periods.csv"  # one row per rebalance period
     fold_metrics: str = "data/fold_metrics.csv"  # one row per fold (also logged as fold/<name>, step = fold)
     feature_importance: str = "data/feature_importance.csv"  # fold x feature gain
+    baseline_choices: str = "data/baseline_choices.csv"  # per fold: the best factor, its sign, training IC
     # fold x feature PSI of each fold's test days against its training window; index columns fold,
     # train_start, train_end, test_start, test_end (backtest.reports.drift.psi_by_fold / fold_windows)
     feature_psi: str = "data/feature_psi.csv"

@@ -14,7 +14,7 @@ import pytest
 from backtest.errors import ConfigError, DataContractError
 from backtest.metrics import daily_ic, daily_ndcg, relevance_gains
 from models.base import RankingData
-from models.lambdarank import BinnedPanel, LambdaRankConfig, LambdaRankRanker
+from models.lambdarank import WHOLE_LIST, BinnedPanel, LambdaRankConfig, LambdaRankRanker
 
 Factory = Callable[..., tuple[RankingData, np.ndarray]]
 
@@ -40,13 +40,14 @@ def test_config_builds_explicit_lightgbm_parameters() -> None:
     params = LambdaRankConfig(num_threads=2, seed=3).lgb_params()
     assert params["objective"] == "lambdarank"
     assert params["label_gain"] == [float(i) for i in range(10)]
-    assert params["lambdarank_truncation_level"] == 8  # ndcg_depth + 3
+    assert params["lambdarank_truncation_level"] == WHOLE_LIST  # every pair of a day
+    assert LambdaRankConfig(truncation_level=None).lgb_params()["lambdarank_truncation_level"] == 8  # depth + 3
     assert params["eval_at"] == [5]
     assert params["deterministic"] is True and params["force_col_wise"] is True
     assert (params["num_threads"], params["seed"]) == (2, 3)
     exp = LambdaRankConfig(label_gain="exponential", n_bins=4).lgb_params()["label_gain"]
     assert exp == [0.0, 1.0, 3.0, 7.0] == relevance_gains("exponential", 4).tolist()  # one gain definition
-    three = LambdaRankConfig(n_bins=3, ndcg_depth=3).lgb_params()
+    three = LambdaRankConfig(n_bins=3, ndcg_depth=3, truncation_level=None).lgb_params()
     assert (three["label_gain"], three["eval_at"], three["lambdarank_truncation_level"]) == ([0.0, 1.0, 2.0], [3], 6)
     assert LambdaRankConfig(extra={"num_leaves": 9}).lgb_params()["num_leaves"] == 9
     with pytest.raises(ConfigError, match="expected 10 gains"):

@@ -16,11 +16,11 @@ from scipy.stats import rankdata
 
 from backtest import metrics as m
 from backtest.errors import DataContractError
+from backtest.metrics import paired_sharpe_difference
 from backtest.reports.study import (
     BENCHMARK_COLUMN,
     STUDY_REPORT_FILES,
     build_study_report,
-    paired_sharpe_difference,
     pbo_cscv,
     trial_colors,
     write_study_report,

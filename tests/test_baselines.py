@@ -1,0 +1,142 @@
+"""Baselines on the model's folds: the best factor and the linear ranker choose and fit on purged
+training data only, and what they report is what their scores earn."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from backtest.baselines import BASELINE_METRICS, BASELINES, RankedPanel, baseline_scores, choose_factor, fit_ridge
+from backtest.data.fingerprint import panel_fingerprint
+from backtest.data.synthetic import oracle_scores
+from backtest.engine import run_backtest
+from backtest.features.build import build_features
+from backtest.labels import LabelSpec, make_labels
+from backtest.metrics import daily_ic, rank_ic_mean, sharpe
+from backtest.portfolio import PortfolioSpec
+from backtest.splits import RollingSchedule
+from tests.test_engine import FEATURES, SCHEDULE, backtest, small_ranker
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_panel):
+    labels = make_labels(tiny_panel, LabelSpec())
+    matrix = build_features(tiny_panel, FEATURES, data_fingerprint=panel_fingerprint(tiny_panel))
+    calendar = pd.DatetimeIndex(tiny_panel.index.get_level_values(0).unique())
+    folds = RollingSchedule(**SCHEDULE).folds(calendar, labels.label_end)
+    return matrix, labels, folds
+
+
+def test_a_baseline_never_sees_a_label_that_ends_after_its_folds_cutoff(setup) -> None:
+    """Every label that ends after a fold's cutoff is replaced by a perfect copy of one feature (negated):
+    a chooser that read any of them would pick that feature with a rank IC near -1, a ridge would load
+    on it. The fold's choice and both baselines' scores stay bit-for-bit the same."""
+    matrix, labels, folds = setup
+    planted = list(matrix.names).index("rsi_14")
+    feature = pd.Series(matrix.values[:, planted], index=matrix.index).reindex(labels.index)
+    for fold in folds[1:4]:
+        after = (labels.label_end > fold.cutoff).to_numpy()
+        assert after.sum() > 1000
+        fwd = labels.fwd_return.where(~after, -feature)
+        target = labels.target.where(~after, (-feature).rank(pct=True).fillna(0.5).mul(9.99).astype(int))
+        leaked = dataclasses.replace(labels, fwd_return=fwd, target=target)
+        clean_scores, clean_choice = baseline_scores(matrix, labels, [fold])
+        leaked_scores, leaked_choice = baseline_scores(matrix, leaked, [fold])
+        pd.testing.assert_frame_equal(clean_choice, leaked_choice)
+        for name in BASELINES:
+            pd.testing.assert_series_equal(clean_scores[name], leaked_scores[name])
+    # the plant would be found by a chooser that saw it: with every label planted, rsi_14 wins with IC -1
+    everywhere = dataclasses.replace(labels, fwd_return=-feature)
+    _, choice = baseline_scores(matrix, everywhere, folds[:1])
+    assert choice.loc[0, "feature"] == "rsi_14" and choice.loc[0, "sign"] == -1
+    assert choice.loc[0, "train_rank_ic"] == pytest.approx(-1.0, abs=1e-3)
+
+
+def test_daily_rank_ic_matches_pandas_spearman(setup) -> None:
+    """The per-day, per-feature rank IC the chooser averages, against pandas' groupby rank correlation."""
+    matrix, labels, _ = setup
+    ranked = RankedPanel.of(matrix, labels.fwd_return)
+    ours = ranked.daily_rank_ic()
+    fwd = labels.fwd_return.reindex(matrix.index)
+    days = pd.DatetimeIndex(np.unique(ranked.dates))
+    for j in (0, 3):
+        x = pd.Series(matrix.values[:, j].astype(np.float64), index=matrix.index)
+        ok = fwd.notna()
+        reference = daily_ic(x[ok], fwd[ok], "spearman")
+        got = pd.Series(ours[:, j], index=days).reindex(reference.index)
+        # a day whose every row has a label and a value: exactly Spearman; elsewhere a missing value
+        # sits at the median rank and the ranks span the day's eligible rows: close to it
+        complete = (ok & x.notna()).groupby(level=0).all().reindex(reference.index)
+        assert complete.sum() > 100
+        np.testing.assert_allclose(got[complete], reference[complete], atol=2e-4)  # float32 ranks
+        assert np.corrcoef(got.dropna(), reference.reindex(got.dropna().index))[0, 1] > 0.99
+
+
+def test_choose_factor_takes_the_largest_absolute_ic_with_its_sign() -> None:
+    daily = np.array([[0.02, -0.05, 0.01], [0.04, -0.03, np.nan], [0.00, -0.04, 0.09]])
+    j, choice = choose_factor(daily, np.array([0, 1]), ["a", "b", "c"], fold=7)
+    assert (j, choice.feature, choice.sign, choice.fold) == (1, "b", -1, 7)
+    assert choice.train_rank_ic == pytest.approx(-0.04)
+    j, choice = choose_factor(daily, np.array([2]), ["a", "b", "c"], fold=8)
+    assert (choice.feature, choice.sign) == ("c", 1)
+
+
+def test_fit_ridge_solves_the_penalised_normal_equations() -> None:
+    """Against the augmented least-squares form of ridge ([X; sqrt(n a/12) I] b = [y; 0]); unknown
+    labels are left out."""
+    rng = np.random.default_rng(0)
+    X = (rng.uniform(size=(2000, 6)) - 0.5).astype(np.float32)
+    y = X @ np.array([0.5, -0.2, 0.0, 0.0, 0.1, 0.0]) + 0.1 * rng.normal(size=2000)
+    y[::10] = np.nan
+    known = np.isfinite(y)
+    alpha = 0.1
+    aug_X = np.vstack([X[known].astype(np.float64), np.sqrt(known.sum() * alpha / 12) * np.eye(6)])
+    aug_y = np.concatenate([y[known], np.zeros(6)])
+    expected = np.linalg.lstsq(aug_X, aug_y, rcond=None)[0]
+    np.testing.assert_allclose(fit_ridge(X, y, alpha), expected, rtol=1e-4, atol=1e-6)
+
+
+def test_every_run_reports_its_baselines_from_their_own_scores(tiny_panel) -> None:
+    result = backtest(tiny_panel)
+    base = result.baselines
+    assert base is not None and set(base.runs) == set(BASELINES)
+    m = result.metrics
+    for name in BASELINES:
+        run = base.runs[name]
+        assert all(f"baseline_{name}_{k}" in m for k in BASELINE_METRICS)
+        # the same portfolio rules: the same test days, the same equal-weight benchmark
+        pd.testing.assert_index_equal(run.portfolio.returns.index, result.portfolio.returns.index)
+        pd.testing.assert_series_equal(run.portfolio.benchmark_returns, result.portfolio.benchmark_returns)
+        assert m[f"baseline_{name}_sharpe"] == pytest.approx(sharpe(run.portfolio.returns))
+        fwd = result.labels.fwd_return.reindex(run.scores.index)
+        assert m[f"baseline_{name}_rank_ic_mean"] == pytest.approx(rank_ic_mean(run.scores, fwd))
+        # scored on exactly the model's decision rows
+        pd.testing.assert_index_equal(run.scores.index, result.scores.index)
+    assert m["baseline_equal_weight_sharpe"] == pytest.approx(m["benchmark_sharpe"])
+    assert m["model_minus_factor_sharpe"] == pytest.approx(m["sharpe"] - m["baseline_factor_sharpe"])
+    low, high = m["model_minus_factor_sharpe_ci_low"], m["model_minus_factor_sharpe_ci_high"]
+    assert low < m["model_minus_factor_sharpe"] < high
+    assert m["model_minus_factor_rank_ic"] == pytest.approx(m["rank_ic_mean"] - m["baseline_factor_rank_ic_mean"],
+                                                            abs=2e-3)
+    assert 0 < m["model_minus_factor_rank_ic_se"] < 0.1
+    assert len(base.choices) == m["n_folds"] and set(base.choices["feature"]) <= set(result.feature_names)
+
+
+def test_the_oracle_bounds_what_a_model_captures(tiny_market) -> None:
+    """On a synthetic market the run reports the rank IC of the oracle (the planted observable components
+    of the expected return, from the generator's states) on the model's scored rows, and the model's
+    share of it."""
+    oracle = oracle_scores(tiny_market, 4)
+    panel = tiny_market.panel
+    result = run_backtest(panel, features=FEATURES, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE),
+                          ranker_factory=small_ranker, portfolio=PortfolioSpec(),
+                          data_fingerprint=panel_fingerprint(panel), seed=3, oracle=oracle)
+    m = result.metrics
+    fwd = result.labels.fwd_return.reindex(result.scores.index)
+    assert m["oracle_rank_ic"] == pytest.approx(rank_ic_mean(oracle.reindex(result.scores.index), fwd))
+    assert m["signal_capture"] == pytest.approx(m["rank_ic_mean"] / m["oracle_rank_ic"])
+    assert m["oracle_rank_ic"] > 0.1 > m["rank_ic_mean"]  # the states are known to the oracle only
+    assert m["oracle_rank_ic"] > max(m["baseline_factor_rank_ic_mean"], m["baseline_linear_rank_ic_mean"])
