@@ -146,12 +146,46 @@ def choose_factor(daily_ic: np.ndarray, days: np.ndarray, names: Sequence[str], 
 
 def fit_ridge(X: np.ndarray, y: np.ndarray, alpha: float = RIDGE_ALPHA) -> np.ndarray:
     """Ridge coefficients of ``y`` on the centred rank columns ``X`` (rows with a known ``y``)."""
-    known = np.isfinite(y)
-    Xk, yk = X[known], y[known].astype(np.float32)
-    n = max(len(yk), 1)
-    gram = (Xk.T @ Xk).astype(np.float64) / n
-    gram[np.diag_indices_from(gram)] += alpha / 12.0
-    return np.linalg.solve(gram, (Xk.T @ yk).astype(np.float64) / n)
+    gram = RidgeGram(X, y)
+    return gram.solve(np.flatnonzero(np.isfinite(y)), alpha)
+
+
+class RidgeGram:
+    """``X'X`` and ``X'y`` of a set of rows, updated from one fold's rows to the next.
+
+    Consecutive folds of a sliding window share most of their rows: the sums of the rows that entered
+    are added and those of the rows that left subtracted (float64), which costs a few hundred rows'
+    products instead of the whole window's. A set that shares fewer than half its rows with the last
+    one is summed afresh.
+    """
+
+    def __init__(self, X: np.ndarray, y: np.ndarray) -> None:
+        self.X, self.y = X, y
+        self.rows = np.empty(0, dtype=np.int64)
+        self.xx = np.zeros((X.shape[1], X.shape[1]))
+        self.xy = np.zeros(X.shape[1])
+
+    def _sums(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x = self.X[rows].astype(np.float64)
+        return x.T @ x, x.T @ self.y[rows].astype(np.float64)
+
+    def solve(self, rows: np.ndarray, alpha: float = RIDGE_ALPHA) -> np.ndarray:
+        """Ridge coefficients on ``rows`` (sorted positions whose ``y`` is known)."""
+        added = np.setdiff1d(rows, self.rows, assume_unique=True)
+        removed = np.setdiff1d(self.rows, rows, assume_unique=True)
+        if len(added) + len(removed) < len(rows) // 2:
+            for part, sign in ((added, 1.0), (removed, -1.0)):
+                if len(part):
+                    xx, xy = self._sums(part)
+                    self.xx += sign * xx
+                    self.xy += sign * xy
+        else:
+            self.xx, self.xy = self._sums(rows)
+        self.rows = rows
+        n = max(len(rows), 1)
+        system = self.xx / n
+        system[np.diag_indices_from(system)] += alpha / 12.0
+        return np.linalg.solve(system, self.xy / n)
 
 
 @dataclass(frozen=True, eq=False)
@@ -184,6 +218,7 @@ def baseline_scores(matrix: FeatureMatrix, labels: Labels, folds: Sequence[Fold]
     known = labels.target.reindex(matrix.index).notna().to_numpy()
     y = np.where(known, ranked.y, np.nan)
     out = {name: np.full(len(matrix.index), np.nan) for name in BASELINES}
+    gram = RidgeGram(ranked.X, y)
     choices = []
     for fold in folds:
         train, valid, predict = fold_rows(fold, ranked.dates)
@@ -192,8 +227,7 @@ def baseline_scores(matrix: FeatureMatrix, labels: Labels, folds: Sequence[Fold]
         j, choice = choose_factor(daily, np.unique(ranked.day[rows]), ranked.names, fold.fold)
         choices.append(choice)
         out["factor"][predict] = choice.sign * ranked.X[predict, j]
-        beta = fit_ridge(ranked.X[rows], y[rows])
-        out["linear"][predict] = ranked.X[predict] @ beta
+        out["linear"][predict] = ranked.X[predict] @ gram.solve(rows)
     scores = {}
     for name, values in out.items():
         s = pd.Series(values, index=matrix.index, name="score")
