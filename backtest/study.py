@@ -288,7 +288,8 @@ def _launched(parent: TrackedRun | None) -> dict:
 
 #: Columns of the research-log digest (:func:`digest`): the study report's trials table, shown as text.
 DIGEST_COLUMNS = {"sharpe": "Sharpe", "sharpe_ci": "95% CI", "sharpe_ex_best_month": "ex best month",
-                  "cum_return": "cum. return", "rank_ic_mean": "rank IC", "dsr": "DSR", "diff": "vs baseline [95% CI]",
+                  "cum_return": "cum. return", "rank_ic_mean": "rank IC (s.e.)", "factor_ic": "best factor IC",
+                  "dsr": "DSR", "diff": "vs baseline [95% CI]",
                   "verdict": "verdict", "minutes": "min"}
 
 
@@ -313,7 +314,11 @@ def digest(directory: Path | str) -> str:
                 "sharpe": f"{row.sharpe:+.2f}", "sharpe_ci": f"[{row.sharpe_ci_low:+.2f}, {row.sharpe_ci_high:+.2f}]",
                 "sharpe_ex_best_month": f"{row.sharpe_ex_best_month:+.2f}",
                 "cum_return": f"{(1 + row.ann_return) ** (summary['n_days'] / 252) - 1:+.1%}",
-                "rank_ic_mean": f"{row.rank_ic_mean:+.4f}", "dsr": f"{row.dsr:.2f}",
+                "rank_ic_mean": f"{row.rank_ic_mean:+.4f}" + (f" ({row.rank_ic_se:.4f})" if pd.notna(
+                    row.get("rank_ic_se")) else ""),
+                "factor_ic": f"{row.baseline_factor_rank_ic_mean:+.4f}" if pd.notna(
+                    row.get("baseline_factor_rank_ic_mean")) else "",
+                "dsr": f"{row.dsr:.2f}",
                 "diff": "baseline" if name == summary["baseline"] else
                         f"{row.diff_vs_baseline:+.2f} [{row.diff_ci_low:+.2f}, {row.diff_ci_high:+.2f}]",
                 "verdict": "" if name == summary["baseline"] else str(row.verdict).split(" (")[0],
