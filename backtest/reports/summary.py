@@ -104,7 +104,7 @@ def baseline_lines(metrics: Mapping[str, float]) -> list[str]:
         se = f"({row['s.e.']:.4f})" if math.isfinite(row["s.e."]) else ""
         cells = [f"{row[c]:+.2f}" if math.isfinite(row[c]) else "" for c in ("Sharpe", "Sharpe ex best month")]
         ic = f"{row['rank IC']:+.4f}" if math.isfinite(row["rank IC"]) else ""
-        out.append(f"{label:40}{ic:>9}{se:>9}{cells[0]:>8}{cells[1]:>12}")
+        out.append(f"{label:40}{ic:>9}{se:>9}{cells[0]:>8}{cells[1]:>12}".rstrip())
     verdict = factor_verdict(metrics)
     if verdict:
         out.append(verdict)
