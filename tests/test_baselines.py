@@ -140,3 +140,29 @@ def test_the_oracle_bounds_what_a_model_captures(tiny_market) -> None:
     assert m["signal_capture"] == pytest.approx(m["rank_ic_mean"] / m["oracle_rank_ic"])
     assert m["oracle_rank_ic"] > 0.1 > m["rank_ic_mean"]  # the states are known to the oracle only
     assert m["oracle_rank_ic"] > max(m["baseline_factor_rank_ic_mean"], m["baseline_linear_rank_ic_mean"])
+
+
+def test_the_comparison_reads_the_runs_metrics_and_says_what_the_difference_means() -> None:
+    from backtest.baselines import comparison_table, factor_verdict
+    from backtest.reports.summary import baseline_lines
+    from backtest.reports.tearsheet import RunEvidence, robustness_html
+
+    m = {"rank_ic_mean": 0.046, "rank_ic_se": 0.0044, "sharpe": 1.17, "sharpe_ex_best_month": 0.57,
+         "baseline_factor_rank_ic_mean": 0.039, "baseline_factor_rank_ic_se": 0.0045, "baseline_factor_sharpe": 1.58,
+         "baseline_factor_sharpe_ex_best_month": 1.25, "baseline_equal_weight_sharpe": 0.73,
+         "baseline_equal_weight_sharpe_ex_best_month": 0.12, "oracle_rank_ic": 0.232, "signal_capture": 0.198,
+         "model_minus_factor_rank_ic": 0.007, "model_minus_factor_rank_ic_se": 0.0047,
+         "model_minus_factor_sharpe": -0.41, "model_minus_factor_sharpe_ci_low": -2.05,
+         "model_minus_factor_sharpe_ci_high": 1.33}
+    table = comparison_table(m)
+    assert list(table.index) == ["model", "best single factor", "equal weight", "oracle (planted observable components)"]
+    assert table.loc["best single factor", "rank IC"] == 0.039 and table.loc["model", "s.e."] == 0.0044
+    assert "no detectable difference" in factor_verdict(m)  # 0.007 is 1.5 standard errors
+    assert "beats" in factor_verdict({**m, "model_minus_factor_rank_ic": 0.010})  # 2.1 standard errors
+    assert "LOSES" in factor_verdict({**m, "model_minus_factor_rank_ic": -0.010})
+    text = "\n".join(baseline_lines(m))
+    assert "+0.0390 (0.0045)" in text and "signal capture  19.8%" in text
+    page = robustness_html(RunEvidence(metrics=m, leak_guard="passed", feature_audit="passed", comparable=True))
+    assert "<td>best single factor</td><td>+0.0390</td><td>0.0045</td><td>1.58</td><td>1.25</td>" in page
+    assert "signal capture 19.8% of the oracle" in page
+    assert baseline_lines({"sharpe": 1.0}) == [] and factor_verdict({}) == ""  # a run without baselines
