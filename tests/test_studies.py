@@ -85,7 +85,8 @@ def test_the_digest_tabulates_every_study_report_under_a_folder(tmp_path: Path) 
     trials = pd.read_csv(tmp_path / "beta" / STUDY_REPORT_FILES["trials"], index_col=0)
     beta = next(r for r in rows if r.startswith("| beta | a=2 "))
     cells = [c.strip() for c in beta.strip("|").split("|")]
-    assert cells[2] == f"{trials.at['a=2', 'sharpe']:+.2f}" and cells[7] == f"{trials.at['a=2', 'dsr']:.2f}"
-    assert cells[8].startswith(f"{trials.at['a=2', 'diff_vs_baseline']:+.2f} [") and cells[10] == "4.5"
+    assert cells[2] == f"{trials.at['a=2', 'sharpe']:+.2f}" and cells[8] == f"{trials.at['a=2', 'dsr']:.2f}"
+    assert cells[6] == f"{trials.at['a=2', 'rank_ic_mean']:+.4f}" and cells[7] == ""  # no s.e. or factor given
+    assert cells[9].startswith(f"{trials.at['a=2', 'diff_vs_baseline']:+.2f} [") and cells[11] == "4.5"
     assert "| alpha | a=1 |" in text and "baseline" in next(r for r in rows if r.startswith("| alpha | a=1 "))
     assert "**beta**: 2024-01-02 .. " in text and "(300 days), N = 2 for the DSR, PBO " in text

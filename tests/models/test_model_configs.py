@@ -6,7 +6,7 @@ import pytest
 from hydra.utils import instantiate
 
 from models.base import Ranker
-from models.lambdarank import LambdaRankRanker
+from models.lambdarank import WHOLE_LIST, LambdaRankRanker
 from models.transformer_ranker import StockTransformerRanker
 
 
@@ -20,7 +20,7 @@ def test_model_group_instantiates(name: str, cls: type, compose_config) -> None:
     assert ranker.params["seed"] == 7
     if name == "lambdarank":
         assert ranker.params["n_bins"] == cfg.label.n_bins
-        assert ranker.config.lgb_params()["lambdarank_truncation_level"] == 8
+        assert ranker.config.lgb_params()["lambdarank_truncation_level"] == WHOLE_LIST  # every pair of a day
     else:
         assert ranker.architecture.scales == (5, 10, 30)
         assert ranker.architecture.ff_dim == 256
@@ -35,4 +35,6 @@ def test_the_ndcg_depth_is_the_number_of_stocks_bought(name: str, compose_config
     assert ranker.ndcg_depth == 7
     if name == "lambdarank":
         assert ranker.config.lgb_params()["eval_at"] == [7]
-        assert ranker.config.lgb_params()["lambdarank_truncation_level"] == 10
+        truncated = compose_config(["model=lambdarank", "portfolio.top_k=7", "model.config.truncation_level=null"])
+        lgb = instantiate(truncated.model, _convert_="all").config.lgb_params()
+        assert lgb["lambdarank_truncation_level"] == 10  # null: the stocks bought + 3
