@@ -386,7 +386,7 @@ def _fit_predict(ranker: Ranker, samples: RankingData, data: RankingData, fold: 
     scores = np.asarray(ranker.predict(data.take(predict_rows)), dtype=np.float64)
     seconds = time.perf_counter() - t0
     metrics = _fold_metrics(fold, scores, predict_rows, index, labels, seconds, ndcg)
-    # the trees (a booster's kept iterations) or epochs the fitted model uses, where the ranker says
+    # the trees a booster keeps (LambdaRank's last_fit); NaN for a ranker that does not report them
     metrics["trees"] = float(getattr(ranker, "last_fit", {}).get("best_iteration", float("nan")))
     return FoldOutcome(fold.fold, scores, predict_rows, dict(ranker.feature_importance()), metrics)
 
