@@ -293,7 +293,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     engine_cfg = cfg.engine
     feature_dir, checkpoint_dir = cache_paths(engine_cfg.get("cache_dir") or None)
     options = EngineOptions(
-        n_jobs=int(engine_cfg.n_jobs), backend=str(engine_cfg.backend),
+        n_jobs=int(engine_cfg.n_jobs), backend=str(engine_cfg.backend), scheduler=engine_cfg.get("scheduler"),
         feature_cache_dir=feature_dir if engine_cfg.feature_cache else None,
         checkpoint_dir=checkpoint_dir if engine_cfg.checkpoints else None,
         audit_cutoffs=int(engine_cfg.audit_cutoffs),

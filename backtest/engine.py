@@ -11,7 +11,12 @@
           --headline_metrics-----------> the contract metric keys
 
 Folds run in time order in this process when the ranker is stateful (warm start), otherwise through
-joblib (``backend``, ``n_jobs``); results do not depend on either. Each finished fold is checkpointed
+joblib (``backend``, ``n_jobs``), on a Dask cluster with ``backend="dask"`` and the scheduler's address;
+results do not depend on either. What a parallel fold needs (the samples, every row's features, the
+labels) is broadcast to a Dask cluster's workers once per backtest, not once per fold, and each of
+them prepares its ranker (LambdaRank's binning) once and fits every fold it is given on it, as the
+in-process loop does.
+Each finished fold is checkpointed
 under ``checkpoint_dir/<run key>/`` so that a killed backtest rerun with the same inputs resumes where it
 stopped and gives identical results. The run key includes the code fingerprint
 (:func:`backtest.provenance.code_fingerprint`): changed code or packages never resume from what older
@@ -27,7 +32,9 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
+import uuid
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -65,8 +72,10 @@ class EngineOptions:
     Parameters
     ----------
     n_jobs : joblib workers for stateless rankers (1: in this process).
-    backend : joblib backend ("loky", "threading", "multiprocessing", or "ray" / "dask" when their
-        joblib backends are registered).
+    backend : joblib backend ("loky", "threading", "multiprocessing", "dask", or another registered
+        with joblib). With "dask" the stateless folds run on the cluster of ``scheduler``; ``n_jobs`` is
+        then the number of folds in flight (-1: one per worker thread of the cluster).
+    scheduler : the Dask scheduler's address (``tcp://host:8786``), required with ``backend="dask"``.
     feature_cache_dir : feature cache directory (None: no cache).
     checkpoint_dir : fold checkpoints (None: no checkpoints, no resume).
     audit_cutoffs : number of cutoff dates of the feature audit (0 switches it off; the run is then
@@ -77,7 +86,8 @@ class EngineOptions:
 
     Raises
     ------
-    ConfigError : ``n_jobs`` not -1 or >= 1, a backend joblib does not know, ``audit_cutoffs`` < 0, or a
+    ConfigError : ``n_jobs`` not -1 or >= 1, a backend joblib does not know, ``backend="dask"`` without a
+        ``scheduler``, ``audit_cutoffs`` < 0, or a
         cache directory that cannot be created or written. A cache that cannot be written is refused
         here, before any work, rather than used without a cache: the run would lose its resume points
         and fail (or recompute) only after the compute, while the config promised a cache.
@@ -85,6 +95,7 @@ class EngineOptions:
 
     n_jobs: int = 1
     backend: str = "loky"
+    scheduler: str | None = None
     feature_cache_dir: Path | None = None
     checkpoint_dir: Path | None = None
     audit_cutoffs: int = 3
@@ -101,6 +112,11 @@ class EngineOptions:
         if self.backend not in backends:
             raise ConfigError(f"engine.backend: expected one of {', '.join(backends)} (joblib backends registered "
                               f"in this process), received {self.backend!r}\n  fix: engine.backend=loky")
+        if self.backend == "dask" and not self.scheduler:
+            raise ConfigError(
+                "engine.backend=dask runs the folds on a Dask cluster and needs its scheduler's address, received "
+                f"engine.scheduler={self.scheduler!r}\n  fix: engine.backend=dask engine.scheduler=tcp://HOST:8786 "
+                "(README \"Scaling out\" starts one), or engine.backend=loky")
         if isinstance(self.audit_cutoffs, bool) or not isinstance(self.audit_cutoffs, (int, np.integer)) \
                 or self.audit_cutoffs < 0:
             raise ConfigError(f"engine.audit_cutoffs: expected an integer >= 0 (0 switches the audit off), received "
@@ -253,6 +269,8 @@ def run_backtest(
         check_universe(panel, portfolio, schedule.test_period(dates))
     labels, folds = plan.labels, plan.folds
     timings["plan_s"] = time.perf_counter() - started
+    if options.backend == "dask":
+        _dask_client(options.scheduler).close()  # an unreachable scheduler is refused before the features
 
     audit = None
     if options.audit_cutoffs > 0:
@@ -391,11 +409,43 @@ def _fit_predict(ranker: Ranker, samples: RankingData, data: RankingData, fold: 
     return FoldOutcome(fold.fold, scores, predict_rows, dict(ranker.feature_importance()), metrics)
 
 
+#: the prepared ranker of this worker thread and the backtest it serves (:func:`_stateless_fold`)
+_WORKER = threading.local()
+
+
 def _stateless_fold(factory: RankerFactory, samples: RankingData, data: RankingData, fold: Fold, labels: Labels,
-                    index: pd.MultiIndex, history_end: np.datetime64, ndcg: _Ndcg) -> FoldOutcome:
-    ranker = factory()
-    ranker.prepare(samples, history_end=history_end)
-    return _fit_predict(ranker, samples, data, fold, labels, index, ndcg)
+                    index: pd.MultiIndex, history_end: np.datetime64, ndcg: _Ndcg, token: str) -> FoldOutcome:
+    """One fold of a stateless ranker in a worker. A worker that is handed the same ``samples`` object
+    again in one backtest (``token``), as a Dask worker holding the broadcast data is, fits on the ranker
+    it prepared for the first of them, as the in-process loop fits every fold on one ranker: a stateless
+    fit depends only on the prepared data, never on an earlier fit. (A prepared ranker recognises the
+    data taken from what it prepared by lineage, so a copy of ``samples``, as loky's workers get per
+    task, is prepared again.)"""
+    key = (token, id(samples))
+    if getattr(_WORKER, "key", None) != key:
+        _WORKER.key, _WORKER.ranker, _WORKER.samples = None, None, None  # free the previous one first
+        ranker = factory()
+        ranker.prepare(samples, history_end=history_end)
+        _WORKER.key, _WORKER.ranker, _WORKER.samples = key, ranker, samples  # samples held: the id stays its
+    return _fit_predict(_WORKER.ranker, samples, data, fold, labels, index, ndcg)
+
+
+#: seconds a Dask scheduler has to answer before the run is refused
+DASK_CONNECT_TIMEOUT_S = 10
+
+
+def _dask_client(address: str | None):
+    """A client of the Dask scheduler at ``address``; ConfigError when it does not answer in time."""
+    from distributed import Client
+
+    try:
+        return Client(address, timeout=DASK_CONNECT_TIMEOUT_S, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ConfigError(
+            f"engine.scheduler: no Dask scheduler answers at {address!r} ({type(exc).__name__}: {exc})\n"
+            "  fix: start one (dask scheduler; dask worker tcp://HOST:8786) and pass its address, or run "
+            "the folds here: engine.backend=loky"
+        ) from None
 
 
 def _run_folds(
@@ -417,7 +467,10 @@ def _run_folds(
             on_fold(outcome, n)
         return outcome
 
-    if stateful or options.n_jobs == 1:
+    if stateful and options.backend == "dask":
+        log.warning("engine.backend=dask: this model is stateful (warm start chains its folds in order), so "
+                    "its folds run in this process, not on the cluster")
+    if stateful or (options.n_jobs == 1 and options.backend != "dask"):
         ranker = probe
         ranker.prepare(samples, history_end=history_end)
         for fold in folds:
@@ -430,14 +483,23 @@ def _run_folds(
             yield emit(outcome, ranker if stateful else None)
         return
 
-    from joblib import Parallel, delayed
+    from joblib import Parallel, delayed, parallel_config
 
     todo = [f for f in folds if f.fold not in done]
-    parallel = Parallel(n_jobs=options.n_jobs, backend=options.backend, return_as="generator")
-    computed = parallel(
-        delayed(_stateless_fold)(factory, samples, data, f, labels, index, history_end, ndcg) for f in todo
-    )
-    results = {o.fold: o for o in map(emit, computed)}
+    token = uuid.uuid4().hex  # this backtest: a worker prepares its ranker once for it
+
+    def run(parallel: Parallel) -> dict[int, FoldOutcome]:
+        computed = parallel(delayed(_stateless_fold)(factory, samples, data, f, labels, index, history_end, ndcg,
+                                                     token) for f in todo)
+        return {o.fold: o for o in map(emit, computed)}
+
+    if options.backend == "dask":
+        # broadcast to every worker once; joblib's dask backend then passes their futures, not the data
+        with _dask_client(options.scheduler) as client, \
+                parallel_config(backend="dask", client=client, scatter=[samples, data, labels, index]):
+            results = run(Parallel(n_jobs=options.n_jobs, return_as="generator"))
+    else:
+        results = run(Parallel(n_jobs=options.n_jobs, backend=options.backend, return_as="generator"))
     for fold in folds:
         yield done[fold.fold] if fold.fold in done else results[fold.fold]
 

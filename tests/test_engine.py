@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +88,62 @@ def test_same_inputs_same_scores(result, tiny_panel) -> None:
 def test_backend_and_workers_do_not_change_results(result, tiny_panel) -> None:
     parallel = backtest(tiny_panel, n_jobs=2, backend="loky")
     pd.testing.assert_series_equal(parallel.scores, result.scores)
+
+
+class PrepareCounting(LambdaRankRanker):
+    """small_ranker's model, writing a line into ``log`` at every prepare (from whichever process)."""
+
+    def __init__(self, log: Path) -> None:
+        super().__init__(small_ranker().config)
+        self.log = log
+
+    def prepare(self, data, *, history_end=None) -> None:
+        with self.log.open("a") as out:
+            out.write(f"{os.getpid()}\n")
+        super().prepare(data, history_end=history_end)
+
+
+def test_folds_on_a_dask_cluster_equal_the_in_process_run_bitwise(result, tiny_panel, monkeypatch,
+                                                                  tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    scattered = []
+    real_scatter = distributed.Client.scatter
+
+    def spy(self, data, *args, **kwargs):
+        scattered.append(([type(x).__name__ for x in data] if isinstance(data, list) else type(data).__name__,
+                          kwargs.get("broadcast")))
+        return real_scatter(self, data, *args, **kwargs)
+
+    monkeypatch.setattr(distributed.Client, "scatter", spy)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as cluster:
+        prepares = tmp_path / "prepares.txt"
+        on_cluster = backtest(tiny_panel, backend="dask", scheduler=cluster.scheduler_address, n_jobs=-1,
+                              factory=functools.partial(PrepareCounting, prepares))
+        prefixes = set(cluster.scheduler.task_prefixes)
+    assert any(p.startswith("batch_of__stateless_fold") for p in prefixes), prefixes  # the workers ran the folds
+    # each of the two workers binned the data once, not once per fold; this process did not
+    pids = prepares.read_text().split()
+    assert len(on_cluster.records) >= 6 and len(pids) == len(set(pids)) <= 2 and os.getpid() not in map(int, pids)
+    # the features went to the workers once, broadcast, not once per fold
+    assert scattered == [(["RankingData", "RankingData", "Labels", "MultiIndex"], True)]
+    assert np.array_equal(on_cluster.scores.to_numpy(), result.scores.to_numpy())
+    pd.testing.assert_series_equal(on_cluster.scores, result.scores, check_exact=True)
+    pd.testing.assert_frame_equal(on_cluster.fold_metrics.drop(columns="fit_seconds"),
+                                  result.fold_metrics.drop(columns="fit_seconds"), check_exact=True)
+    assert on_cluster.metrics.keys() == result.metrics.keys()
+    for key, value in result.metrics.items():
+        assert on_cluster.metrics[key] == value or (np.isnan(value) and np.isnan(on_cluster.metrics[key])), key
+
+
+def test_dask_without_a_scheduler_or_with_a_silent_one_is_refused_before_the_features(tiny_panel,
+                                                                                      monkeypatch) -> None:
+    with pytest.raises(ConfigError, match="needs its scheduler's address"):
+        EngineOptions(backend="dask")
+    monkeypatch.setattr(engine, "DASK_CONNECT_TIMEOUT_S", 1)
+    monkeypatch.setattr(engine, "build_features", lambda *a, **k: pytest.fail("features built"))
+    with pytest.raises(ConfigError, match="no Dask scheduler answers at 'tcp://127.0.0.1:9'"):
+        backtest(tiny_panel, backend="dask", scheduler="tcp://127.0.0.1:9", audit_cutoffs=0)
 
 
 def test_killed_run_resumes_with_identical_results(result, tiny_panel, tmp_path: Path) -> None:
