@@ -57,13 +57,18 @@ studies: $(STAMP)
 clean-cache: $(STAMP)
 	$(PY) -m backtest.cache clear
 
-.PHONY: ui ui-check
+.PHONY: ui ui-check team-store
 UI_PORT ?= 5000
 
 ## A local MLflow UI on the project's store (127.0.0.1:$(UI_PORT), one worker, job runner off); prints the
 ## links of the experiment and of the latest study. Ctrl-C stops it.
 ui: $(STAMP)
 	$(PY) -m backtest.tracking.ui serve --port $(UI_PORT)
+
+## A team store: an MLflow server on PostgreSQL (a local pgserver one unless MLFLOW_BACKEND_STORE_URI names
+## one), bound to 127.0.0.1:$(UI_PORT); README "Scaling out" says how to expose it safely. Ctrl-C stops it.
+team-store: $(STAMP)
+	$(PY) -m backtest.tracking.team --port $(UI_PORT) $(ARGS)
 
 ## Look at the UI of a study in headless Chromium (by hand, not in CI; minutes); screenshots in outputs/ui-check/.
 ui-check: $(STAMP)

@@ -39,7 +39,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -50,6 +50,7 @@ import pandas as pd
 from backtest import PROJECT_DIR
 from backtest.errors import ConfigError, TrackingError
 from backtest.tracking.layout import COMPARE_IMAGES
+from backtest.tracking.redaction import redact_uri
 
 logger = logging.getLogger(__name__)
 
@@ -84,12 +85,15 @@ def artifacts_destination(uri: str, project_dir: Path | str = PROJECT_DIR) -> Pa
 
 
 def server_command(
-    uri: str, *, port: int = DEFAULT_PORT, project_dir: Path | str = PROJECT_DIR, workers: int = 1
+    uri: str, *, port: int = DEFAULT_PORT, project_dir: Path | str = PROJECT_DIR, workers: int = 1,
+    host: str = UI_HOST, artifacts: Path | str | None = None, extra_args: Sequence[str] = (),
 ) -> list[str]:
     """The ``mlflow server`` command line for ``uri`` (a database store: SQLite, PostgreSQL, ...).
 
-    Bound to 127.0.0.1 (the store is not shared beyond this machine), one worker (``mlflow server``
-    defaults to four, slow on two cores). Run it with :func:`server_env`, which turns job execution off.
+    Bound to ``host`` (127.0.0.1 by default: the store is not shared beyond this machine), one worker
+    (``mlflow server`` defaults to four, slow on two cores); the artifacts it serves are kept in
+    ``artifacts`` (default :func:`artifacts_destination`); ``extra_args`` are more ``mlflow server``
+    options. Run it with :func:`server_env`, which turns job execution off.
 
     Raises
     ------
@@ -104,11 +108,12 @@ def server_command(
     return [
         sys.executable, "-m", "mlflow", "server",
         "--backend-store-uri", uri,
-        "--artifacts-destination", str(artifacts_destination(uri, project_dir)),
-        "--host", UI_HOST,
+        "--artifacts-destination", str(artifacts or artifacts_destination(uri, project_dir)),
+        "--host", host,
         "--port", str(int(port)),
         "--workers", str(int(workers)),
         "--uvicorn-opts", "--no-access-log",  # the links printed at start stay readable
+        *extra_args,
     ]  # fmt: skip
 
 
@@ -153,12 +158,16 @@ class UiServer:
     port: int = DEFAULT_PORT
     project_dir: Path | str = PROJECT_DIR
     log_path: Path | None = None
+    host: str = UI_HOST
+    artifacts: Path | str | None = None  # None: artifacts_destination(uri, project_dir)
+    extra_args: Sequence[str] = ()  # more mlflow server options
     process: subprocess.Popen | None = field(default=None, init=False)
     _output: IO[bytes] | None = field(default=None, init=False, repr=False)
 
     @property
     def url(self) -> str:
-        return f"http://{UI_HOST}:{self.port}"
+        """Where this machine reaches the server (127.0.0.1 when it listens on every interface)."""
+        return f"http://{UI_HOST if self.host in ('0.0.0.0', '::') else self.host}:{self.port}"
 
     def start(self, timeout_s: float = 120.0) -> UiServer:
         """Start the server and wait until ``/health`` answers.
@@ -171,7 +180,8 @@ class UiServer:
             raise TrackingError(
                 f"Something already answers on {self.url}. Fix: stop it, or pick another port (UI_PORT=5001)."
             )
-        command = server_command(self.uri, port=self.port, project_dir=self.project_dir)
+        command = server_command(self.uri, port=self.port, project_dir=self.project_dir, host=self.host,
+                                 artifacts=self.artifacts, extra_args=self.extra_args)
         self._output = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115 (closed in stop)
         self.process = subprocess.Popen(
             command, env=server_env(), stdout=self._output, stderr=self._output, start_new_session=True
@@ -497,15 +507,22 @@ def _store(uri: str | None, experiment: str) -> str:
 
 
 def serve(uri: str | None, experiment: str, port: int) -> int:
-    """Start the server, print the links, and wait until Ctrl-C (or SIGTERM)."""
+    """Start the server on the store (the project's by default), print the links, and wait until Ctrl-C
+    (or SIGTERM)."""
     resolved = _store(uri, experiment)
-    server = UiServer(resolved, port=port)
-    print(f"starting mlflow server on {resolved} (artifacts in {artifacts_destination(resolved)}) ...", flush=True)
+    return run_server(UiServer(resolved, port=port), lambda server: ui_links(resolved, experiment, server.url).lines())
+
+
+def run_server(server: UiServer, lines: Callable[[UiServer], Sequence[str]]) -> int:
+    """Start ``server``, print its address and ``lines(server)``, and wait until Ctrl-C or SIGTERM
+    (0) or until the server exits (1)."""
+    destination = server.artifacts or artifacts_destination(server.uri, server.project_dir)
+    print(f"starting mlflow server on {redact_uri(server.uri)} (artifacts in {destination}) ...", flush=True)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         server.start()
         print(f"MLflow UI: {server.url}  ({len(server.processes())} processes; Ctrl-C stops it)")
-        for line in ui_links(resolved, experiment, server.url).lines():
+        for line in lines(server):
             print(line)
         sys.stdout.flush()
         while server.process is not None and server.process.poll() is None:
