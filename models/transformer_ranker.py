@@ -55,7 +55,8 @@ class TransformerTrainingConfig:
         by ~1% would otherwise give a flat target, and the spread changes from day to day
         (:func:`~models.ranking_losses.listnet_loss`).
     aux_loss_weight : weight of the MoE load-balancing loss.
-    learning_rate, weight_decay : AdamW (decay on matrices only, not on biases, norms, positions).
+    learning_rate, weight_decay : AdamW (decay on matrices only, not on biases, norms, positions; the
+        fused kernel on CUDA).
     warmup_fraction, min_lr_ratio : linear warmup over this share of all steps, then cosine decay to
         ``min_lr_ratio * learning_rate``.
     grad_clip : max global gradient norm (0 = off).
@@ -277,7 +278,8 @@ class StockTransformerRanker(RankerBase):
         with _torch_session(device, cfg.seed, cfg.num_threads):
             network = StockTransformer(arch).to(device)
             forward = torch.compile(network, mode=cfg.compile) if cfg.compile else network
-            optimizer = torch.optim.AdamW(_param_groups(network, cfg.weight_decay), lr=cfg.learning_rate)
+            optimizer = torch.optim.AdamW(_param_groups(network, cfg.weight_decay), lr=cfg.learning_rate,
+                                          fused=device.type == "cuda")  # one kernel per step on CUDA
             tr = self._days(train)
             va = self._days(valid) if valid is not None else None
             steps_per_epoch = math.ceil(tr.n_days / cfg.days_per_step)
@@ -291,8 +293,9 @@ class StockTransformerRanker(RankerBase):
                 t0 = time.perf_counter()
                 network.train()
                 total = torch.zeros((), device=device)
-                for days in torch.randperm(tr.n_days, generator=order_rng).split(cfg.days_per_step):
-                    x, mask, rel = tr.batch(days.to(device), arch.window)
+                # the epoch's day order goes to the device once: no host-to-device copy per step
+                for days in torch.randperm(tr.n_days, generator=order_rng).to(device).split(cfg.days_per_step):
+                    x, mask, rel = tr.batch(days, arch.window)
                     with self._autocast(device):
                         scores, aux = forward(x, mask)
                     loss = self._loss(scores, rel, mask, order_rng, tr.levels) + cfg.aux_loss_weight * aux.float()
@@ -457,9 +460,9 @@ class StockTransformerRanker(RankerBase):
             x, mask, _ = days.batch(idx, network.cfg.window)
             with self._autocast(device):
                 scores, _ = forward(x, mask)
-            out.append(scores.float().cpu())
+            out.append(scores.float())
         network.train(was_training)
-        return torch.cat(out).numpy()
+        return torch.cat(out).cpu().numpy()  # one device-to-host copy
 
     def _score(self, data: RankingData, day_scores: np.ndarray) -> float:
         assert data.relevance is not None

@@ -15,9 +15,16 @@ import torch
 from backtest.errors import ConfigError, DataContractError
 from backtest.labels import cross_sectional_target
 from backtest.metrics import daily_ic, daily_ndcg
+from models import stock_transformer
 from models.base import RankingData, feature_tensor
 from models.ranking_losses import listmle_loss, listnet_loss, ranknet_loss
-from models.stock_transformer import StockTransformer, StockTransformerConfig
+from models.stock_transformer import (
+    EncoderLayer,
+    SelfAttention,
+    StockTransformer,
+    StockTransformerConfig,
+    attention,
+)
 from models.transformer_ranker import StockTransformerRanker, TransformerTrainingConfig
 
 Factory = Callable[..., tuple[RankingData, np.ndarray]]
@@ -105,6 +112,48 @@ def test_chunked_temporal_attention_equals_one_call() -> None:
     chunked = network(replace(TINY, max_attention_batch=5))  # 21 sequences -> chunks of 4
     with torch.no_grad():
         torch.testing.assert_close(chunked(x, mask)[0], whole(x, mask)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_explicit_attention_equals_the_fused_kernel_call() -> None:
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(5, 2, 7, 8, generator=g) for _ in range(3))
+    keys = torch.rand(5, 7, generator=g) > 0.3
+    keys[:, 0] = True  # every query keeps a key
+    for mask in (None, keys[:, None, None, :]):
+        fused = attention(q, k, v, mask, 0.0, explicit=False)
+        torch.testing.assert_close(attention(q, k, v, mask, 0.0, explicit=True), fused, rtol=1e-5, atol=1e-6)
+    # a masked key has no weight: changing it changes nothing
+    k2, v2 = k.clone(), v.clone()
+    k2[~keys[:, None, :, None].expand_as(k)] = 50.0
+    v2[~keys[:, None, :, None].expand_as(v)] = -50.0
+    torch.testing.assert_close(attention(q, k2, v2, keys[:, None, None, :], 0.0, explicit=True),
+                               attention(q, k, v, keys[:, None, None, :], 0.0, explicit=True))
+    assert attention(q, k, v, None, 0.0).shape == q.shape  # CPU: the SDPA call
+
+
+def test_attention_layers_match_torch_multihead_attention_and_encoder_layer() -> None:
+    d, heads = 16, 2
+    torch.manual_seed(0)
+    ours = SelfAttention(d, heads, dropout=0.0)
+    torch.manual_seed(0)
+    theirs = torch.nn.MultiheadAttention(d, heads, dropout=0.0, batch_first=True)
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
+    assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), theirs.state_dict().values()))
+    x = torch.randn(4, 9, d)
+    keys = torch.ones(4, 9, dtype=torch.bool)
+    keys[1, 5:] = False
+    for net in (ours, theirs):
+        net.train()
+    torch.testing.assert_close(ours(x, keys), theirs(x, x, x, key_padding_mask=~keys, need_weights=False)[0],
+                               rtol=1e-5, atol=1e-6)
+    torch.manual_seed(0)
+    layer = EncoderLayer(d, heads, 4 * d, dropout=0.0)
+    torch.manual_seed(0)
+    reference = torch.nn.TransformerEncoderLayer(d, heads, dim_feedforward=4 * d, dropout=0.0, activation="gelu",
+                                                 batch_first=True, norm_first=True)
+    assert layer.state_dict().keys() == reference.state_dict().keys()
+    assert all(torch.equal(a, b) for a, b in zip(layer.state_dict().values(), reference.state_dict().values()))
+    torch.testing.assert_close(layer.train()(x), reference.train()(x), rtol=1e-5, atol=1e-6)
 
 
 def test_moe_balancing_loss_is_one_for_uniform_routing_and_zero_without_moe() -> None:
@@ -344,6 +393,21 @@ def test_gpu_bf16_forward_agrees_with_cpu_fp32() -> None:
         m = mask[d]
         r = np.corrcoef(cpu[d, m].numpy(), gpu[d, m].numpy())[0, 1]
         assert r > 0.99
+
+
+@pytest.mark.gpu
+@cuda
+def test_gpu_explicit_temporal_attention_equals_the_fused_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = replace(TINY, n_features=8, window=30, d_model=64, n_heads=4, cross_heads=4, scales=(5, 10, 30))
+    net = network(cfg).cuda()
+    x = torch.randn(4, 300, 30, 8, device="cuda")
+    mask = torch.ones(4, 300, dtype=torch.bool, device="cuda")
+    mask[1, 250:] = False
+    with torch.no_grad():
+        explicit, _ = net(x, mask)
+        monkeypatch.setattr(stock_transformer, "EXPLICIT_ATTENTION_MAX_LENGTH", 0)
+        fused, _ = net(x, mask)
+    torch.testing.assert_close(explicit, fused, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.gpu
