@@ -313,6 +313,7 @@ def run_backtest(
     outcomes = list(
         _run_folds(samples, data, folds, ranker_factory, labels, options, ckpt, on_fold, ndcg)
     )
+    del data, samples  # the labelled samples are a copy of most of the matrix: free it before the baselines
     timings["folds_s"] = time.perf_counter() - t0
 
     rows = np.concatenate([o.rows for o in outcomes])

@@ -65,6 +65,10 @@ def test_study_runs_end_to_end_and_reports(study: str, tmp_path: Path) -> None:
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= set(STUDY_REPORT_FILES.values())
     for child in children:
         assert child.info.status == "FINISHED" and math.isfinite(child.data.metrics["dsr"])
+        # every model (the StockTransformer too) is compared with the baselines on its own folds
+        for key in ("baseline_factor_rank_ic_mean", "baseline_linear_rank_ic_mean", "model_minus_factor_rank_ic",
+                    "baseline_equal_weight_sharpe"):
+            assert math.isfinite(child.data.metrics[key]), (child.info.run_name, key)
     assert f"study {study}:" in proc.stdout
 
 
