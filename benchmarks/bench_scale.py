@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from e2e import run_main_job  # noqa: E402
 
-SIZES = ["460:300:2018", "1500:1000:2018", "460:300:2022"]
+SIZES = ["460:300:2018", "1500:1000:2018", "460:300:2021"]
 STAGES = ("audit_s", "features_s", "binning_s", "folds_s", "baselines_s", "portfolio_s", "record_s")
 
 
