@@ -37,6 +37,7 @@ LEVERS: dict[str, list[str]] = {
     "bag_query": ["+model.config.extra.bagging_by_query=true", "+model.config.extra.bagging_fraction=0.5",
                   "+model.config.extra.bagging_freq=1"],
     "bin_sample": ["+model.config.extra.bin_construct_sample_cnt=50000"],
+    "es20": ["model.config.early_stopping_rounds=20"],  # fewer rounds trained past the best one
     "xendcg": ["+model.config.extra.objective=rank_xendcg"],  # a listwise objective, linear in the list length
     "warm20": ["model.config.warm_start=true", "model.config.warm_start_rounds=20"],
 }

@@ -17,7 +17,23 @@ from mlflow.tracking import MlflowClient
 from backtest.reports.study import STUDY_REPORT_FILES
 from tests.test_cli import TINY
 
-pytestmark = pytest.mark.slow
+
+@pytest.mark.parametrize("launcher,target,fields", [
+    ("slurm", "SlurmLauncher", {"timeout_min": 180, "cpus_per_task": 2, "mem_gb": 8, "array_parallelism": 64}),
+    ("rehearsal", "LocalLauncher", {"timeout_min": 120, "cpus_per_task": 1}),
+])
+def test_the_launcher_configs_compose_onto_submitit(launcher: str, target: str, fields: dict) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from backtest import cli
+
+    with initialize_config_dir(config_dir=cli.CONF_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
+    node = cfg.hydra.launcher
+    assert node._target_ == f"hydra_plugins.hydra_submitit_launcher.submitit_launcher.{target}"
+    assert {k: node[k] for k in fields} == fields
+    # submitit's pickles and logs go with the sweep's folder (the one the nodes must share)
+    assert node.submitit_folder == f"{cfg.hydra.sweep.dir}/.submitit/%j"
 
 
 def _sweep(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
@@ -49,6 +65,7 @@ def _check_study(client: MlflowClient, tmp_path: Path) -> tuple[object, list]:
     return parent, children
 
 
+@pytest.mark.slow
 def test_a_study_through_submitit_local_lands_whole_in_one_store(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'shared.db'}"
     t0 = time.perf_counter()
@@ -77,6 +94,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_a_sweep_into_the_team_store_is_read_back_from_postgresql(tmp_path: Path) -> None:
     pytest.importorskip("pgserver")
     import sqlalchemy
