@@ -382,8 +382,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     )))
     # one line a benchmark reads (benchmarks/e2e.py): where the run's time went
     log.info("%s %s", STAGE_SECONDS, json.dumps({k: round(v, 3) for k, v in result.timings.items()}))
-    return {"run_id": run_id, "metrics": result.metrics, "leak_guard": result.leak_guard, "tracking_uri": store,
-            "timings": result.timings}
+    return {"run_id": run_id, "metrics": result.metrics, "leak_guard": result.leak_guard, "tracking_uri": store}
 
 
 def _sweep_trial() -> dict[str, str]:

@@ -13,17 +13,14 @@
 Folds run in time order in this process when the ranker is stateful (warm start), otherwise through
 joblib (``backend``, ``n_jobs``), on a Dask cluster with ``backend="dask"`` and the scheduler's address;
 results do not depend on either. What a parallel fold needs (the samples, every row's features, the
-labels) is broadcast to a Dask cluster's workers once per backtest, not once per fold, and each of
-them prepares its ranker (LambdaRank's binning) once and fits every fold it is given on it, as the
-in-process loop does.
-Each finished fold is checkpointed
-under ``checkpoint_dir/<run key>/`` so that a killed backtest rerun with the same inputs resumes where it
-stopped and gives identical results. The run key includes the code fingerprint
-(:func:`backtest.provenance.code_fingerprint`): changed code or packages never resume from what older
-code computed. A fold's checkpoint is one file with its outcome, a stateful ranker's state after it and a
-checksum, renamed into place in one step; one that fails its checks is deleted with a warning and its
-fold recomputed.
-"""
+labels) is broadcast to a Dask cluster's workers once per backtest, not once per fold, and each of them
+prepares its ranker (LambdaRank's binning) once and fits every fold it is given on it, as the in-process
+loop does. Each finished fold is checkpointed under ``checkpoint_dir/<run key>/`` so that a killed
+backtest rerun with the same inputs resumes where it stopped and gives identical results. The run key
+includes the code fingerprint (:func:`backtest.provenance.code_fingerprint`): changed code or packages
+never resume from what older code computed. A fold's checkpoint is one file with its outcome, a stateful
+ranker's state after it and a checksum, renamed into place in one step; one that fails its checks is
+deleted with a warning and its fold recomputed."""
 
 from __future__ import annotations
 

@@ -42,10 +42,10 @@ def main() -> None:
         rows.append((size, job))
         binned = re.search(r"BinnedPanel: (\d+) samples x (\d+) features binned in ([\d.]+)s", job.output)
         job.stages["binning_s"] = float(binned.group(3)) if binned else float("nan")  # inside folds_s
-        samples = int(binned.group(1)) if binned else 0
+        samples, features = (int(binned.group(1)), int(binned.group(2))) if binned else (0, 0)
         stages = "  ".join(f"{k[:-2]} {job.stages.get(k, float('nan')):6.1f}" for k in STAGES)
         print(f"{size:>15}  folds {job.metrics['n_folds']:.0f}  wall {job.wall_s:6.1f} s  peak RSS "
-              f"{job.peak_rss_gb:5.2f} GB  samples {samples:,} ({samples * 285 * 4 / 2**30:.2f} GB float32)  "
+              f"{job.peak_rss_gib:5.2f} GiB  samples {samples:,} ({samples * features * 4 / 2**30:.2f} GiB float32)  "
               f"load {job.load:.2f}  |  {stages}  "
               f"fit/fold {job.fold_mean('fit_seconds'):.1f} s  trees/fold {job.fold_mean('trees'):.0f}", flush=True)
     base = rows[0][1]
@@ -53,7 +53,7 @@ def main() -> None:
         growth = "  ".join(f"{k[:-2]} x{job.stages.get(k, 0) / max(base.stages.get(k, 1e-9), 1e-9):.2f}"
                            for k in STAGES)
         print(f"{size:>15} / {rows[0][0]}: wall x{job.wall_s / base.wall_s:.2f}  "
-              f"RSS x{job.peak_rss_gb / base.peak_rss_gb:.2f}  |  {growth}")
+              f"RSS x{job.peak_rss_gib / base.peak_rss_gib:.2f}  |  {growth}")
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def main() -> None:
     args = parser.parse_args()
     common = SCHEDULES[args.schedule] + ([f"backtest.test_end={args.test_end}"] if args.test_end else []) + args.extra
     base = None
-    print(f"{'case':10} {'wall s':>7} {'RSS GB':>6} {'folds':>5} {'trees':>6} {'fit s/fold':>10} "
+    print(f"{'case':10} {'wall s':>7} {'RSS GiB':>7} {'folds':>5} {'trees':>6} {'fit s/fold':>10} "
           f"{'rank IC':>8} {'s.e.':>7} {'vs base':>8} {'load':>5}  stages (s)")
     for name in args.levers:
         job = run_main_job(common + LEVERS[name], timeout_s=5400)
@@ -63,7 +63,7 @@ def main() -> None:
         base = base or job
         diff = (ic - base.metrics["rank_ic_mean"]) / base.metrics["rank_ic_se"]
         stages = " ".join(f"{k[:-2]} {v:.0f}" for k, v in job.stages.items() if k != "total_s")
-        print(f"{name:10} {job.wall_s:7.1f} {job.peak_rss_gb:6.2f} {job.metrics['n_folds']:5.0f} "
+        print(f"{name:10} {job.wall_s:7.1f} {job.peak_rss_gib:7.2f} {job.metrics['n_folds']:5.0f} "
               f"{job.fold_mean('trees'):6.1f} {job.fold_mean('fit_seconds'):10.2f} {ic:+8.4f} {se:7.4f} "
               f"{diff:+7.2f}se {job.load:5.2f}  {stages}", flush=True)
 

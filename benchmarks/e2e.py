@@ -27,7 +27,7 @@ from backtest.cli import STAGE_SECONDS
 class MainJob:
     overrides: list[str]
     wall_s: float
-    peak_rss_gb: float
+    peak_rss_gib: float
     returncode: int
     stages: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)

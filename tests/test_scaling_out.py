@@ -43,7 +43,7 @@ def _sweep(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
          f"hydra.sweep.dir={tmp_path / 'sweep'}"], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
 
 
-def _check_study(client: MlflowClient, tmp_path: Path) -> tuple[object, list]:
+def _check_study(client: MlflowClient) -> tuple[object, list]:
     """The store holds the study whole: the parent and both children FINISHED, the report once."""
     runs = client.search_runs([client.get_experiment_by_name("rankbacktest").experiment_id])
     parents = [r for r in runs if r.data.tags.get("run_kind") == "sweep"]
@@ -72,7 +72,7 @@ def test_a_study_through_submitit_local_lands_whole_in_one_store(tmp_path: Path)
     proc = _sweep([f"tracking.uri={uri}", "tracking.study=rehearsal", "hydra/launcher=rehearsal"], tmp_path)
     seconds = time.perf_counter() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
-    parent, children = _check_study(MlflowClient(uri), tmp_path)
+    parent, children = _check_study(MlflowClient(uri))
     # each trial ran as its own submitit job (a subprocess with its own folder, log and pickled result)
     jobs = sorted(p for p in (tmp_path / "sweep" / ".submitit").iterdir() if p.name.isdigit())
     assert len(jobs) == 2, jobs
@@ -117,7 +117,7 @@ def test_a_sweep_into_the_team_store_is_read_back_from_postgresql(tmp_path: Path
         proc = _sweep(["tracking=server", f"tracking.uri={uri}", "tracking.study=team"], tmp_path)
         seconds = time.perf_counter() - t0
         assert proc.returncode == 0, proc.stderr[-3000:]
-        parent, children = _check_study(MlflowClient(uri), tmp_path)
+        parent, children = _check_study(MlflowClient(uri))
         # the artifacts went through the server into its folder; the runs live in PostgreSQL
         assert list(artifacts.rglob(STUDY_REPORT_FILES["trials"]))
         assert len(list(artifacts.rglob("daily_returns.parquet"))) == 2

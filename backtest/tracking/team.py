@@ -31,8 +31,6 @@ from backtest.errors import ConfigError, TrackingError
 from backtest.tracking.redaction import redact_uri
 from backtest.tracking.ui import DEFAULT_PORT, UI_HOST, UiServer, experiment_url, run_server
 
-log = logging.getLogger(__name__)
-
 #: The environment variable of a production database (``postgresql://user:password@host:5432/mlflow``);
 #: ``mlflow server`` reads the same one.
 ENV_DATABASE = "MLFLOW_BACKEND_STORE_URI"
