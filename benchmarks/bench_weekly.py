@@ -1,6 +1,7 @@
 """Benchmark: the weekly-retraining backtest end to end, and the LightGBM levers on it.
 
     .venv/bin/python benchmarks/bench_weekly.py                        # fresh fits, then warm start (97 folds)
+    .venv/bin/python benchmarks/bench_weekly.py --extra experiment=weekly --levers base fresh   # README "Speed"
     .venv/bin/python benchmarks/bench_weekly.py --levers base trunc8 leaves15 --test-end 2024-06-30
     .venv/bin/python benchmarks/bench_weekly.py --schedule monthly --levers base trunc8 xendcg   # the main job
 
@@ -30,7 +31,9 @@ SCHEDULES = {"weekly": ["backtest.retrain_every=5", "backtest.train_window=730"]
 LEVERS: dict[str, list[str]] = {
     "base": [],
     "warm": ["model.config.warm_start=true"],
+    "fresh": ["model.config.warm_start=false"],  # e.g. after --extra experiment=weekly (warm by default)
     "trunc8": ["model.config.truncation_level=null"],  # portfolio depth + 3
+    "trunc50": ["model.config.truncation_level=50"],  # pairs of the top 50 positions with the whole list
     "leaves15": ["model.config.num_leaves=15"],
     "ff0.5": ["model.config.feature_fraction=0.5"],
     "goss": ["+model.config.extra.data_sample_strategy=goss"],
@@ -38,6 +41,8 @@ LEVERS: dict[str, list[str]] = {
                   "+model.config.extra.bagging_freq=1"],
     "bin_sample": ["+model.config.extra.bin_construct_sample_cnt=50000"],
     "es20": ["model.config.early_stopping_rounds=20"],  # fewer rounds trained past the best one
+    "es10": ["model.config.early_stopping_rounds=10"],
+    "lr0.1": ["model.config.learning_rate=0.1"],
     "xendcg": ["+model.config.extra.objective=rank_xendcg"],  # a listwise objective, linear in the list length
     "warm20": ["model.config.warm_start=true", "model.config.warm_start_rounds=20"],
 }
