@@ -4,7 +4,7 @@
 
 Measured in one process, against baselines run in the same process:
 
-Times are the best of up to three runs (the machine is shared).
+Times are medians of ``REPEAT`` (5) runs in one process (the machine is shared).
 
 1. ``features=all`` full build (target <= 30 s on 2 cores);
 2. 20 indicators: the wide-matrix implementation vs a straightforward pandas ``groupby(code)``
@@ -49,14 +49,19 @@ TWENTY = (
 )
 
 
+#: runs of each timed comparison; the median is reported
+REPEAT = 5
+
+
 def timed(fn, repeat: int = 1):
-    best, out = float("inf"), None
+    """The median wall time of ``repeat`` calls of ``fn``, and the last call's result."""
+    times, out = [], None
     for _ in range(repeat):
         gc.collect()
         t0 = time.perf_counter()
         out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)), out
 
 
 def pandas_twenty(long: pd.DataFrame) -> pd.DataFrame:
@@ -129,7 +134,7 @@ def main() -> None:
 
     # 2. twenty indicators vs pandas groupby(code), on the same prepared inputs (adjusted, suspension-aware)
     twenty = FeatureSetSpec(name="twenty", indicators=TWENTY, cs_rank=False, cs_z=False, aggregate=())
-    t_ours, ours = timed(lambda: build_features(panel, twenty, data_fingerprint="bench", rows="all"), repeat=3)
+    t_ours, ours = timed(lambda: build_features(panel, twenty, data_fingerprint="bench", rows="all"), repeat=REPEAT)
     grid = WideGrid.of(panel)
     registry = default_registry()
 
@@ -144,16 +149,17 @@ def main() -> None:
         with np.errstate(all="ignore"):
             return {name: market.to_long(registry.get(name).compute(market)) for name in TWENTY}
 
-    t_compute = float("inf")
-    for _ in range(3):  # a fresh MarketData each time (it caches what it derives), prepared outside the timing
+    computes = []
+    for _ in range(REPEAT):  # a fresh MarketData each time (it caches what it derives), prepared outside the timing
         fresh = prepared()
-        t_compute = min(t_compute, timed(lambda m=fresh: ours_compute(m))[0])
+        computes.append(timed(lambda m=fresh: ours_compute(m))[0])
     del fresh
+    t_compute = float(np.median(computes))
     market = prepared()
     inputs = {k: market.to_long(getattr(market, k)) for k in ("close", "high", "low")}
     inputs["volume"] = market.to_long(market.activity("volume"))
     long = pd.DataFrame(inputs, index=panel.index).swaplevel().sort_index()
-    t_pd, ref = timed(lambda: pandas_twenty(long), repeat=3)
+    t_pd, ref = timed(lambda: pandas_twenty(long), repeat=REPEAT)
     ref = ref.swaplevel().sort_index().loc[panel.index, list(TWENTY)]
     ours_frame = ours.to_frame()[list(TWENTY)]
     agree = np.allclose(ours_frame.to_numpy(np.float64), ref.to_numpy(np.float64), rtol=1e-4, atol=1e-6, equal_nan=True)
@@ -173,8 +179,8 @@ def main() -> None:
         return np.column_stack([daily.rank_pct(values32[:, j].astype(np.float64)) for j in range(values32.shape[1])])
 
     as32 = pd.DataFrame(values32, index=frame.index, columns=frame.columns)
-    t_rank, ranks = timed(ours_rank, repeat=3)
-    t_pdrank, pdranks = timed(lambda: as32.groupby(level="date").rank(pct=True), repeat=3)
+    t_rank, ranks = timed(ours_rank, repeat=REPEAT)
+    t_pdrank, pdranks = timed(lambda: as32.groupby(level="date").rank(pct=True), repeat=REPEAT)
     identical = np.array_equal(ranks, pdranks.to_numpy(np.float64), equal_nan=True)
     rows.append(("cs rank, 20 cols", f"{t_rank:.3f} s",
                  f"pandas groupby(date).rank: {t_pdrank:.2f} s, identical: {identical}",
