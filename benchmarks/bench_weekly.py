@@ -42,7 +42,6 @@ LEVERS: dict[str, list[str]] = {
     "bin_sample": ["+model.config.extra.bin_construct_sample_cnt=50000"],
     "es20": ["model.config.early_stopping_rounds=20"],  # fewer rounds trained past the best one
     "es10": ["model.config.early_stopping_rounds=10"],
-    "lr0.1": ["model.config.learning_rate=0.1"],
     "xendcg": ["+model.config.extra.objective=rank_xendcg"],  # a listwise objective, linear in the list length
     "warm20": ["model.config.warm_start=true", "model.config.warm_start_rounds=20"],
 }
