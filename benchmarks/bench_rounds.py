@@ -1,0 +1,68 @@
+"""Benchmark: the cost of one LightGBM round on a main-job fold, setting by setting.
+
+    .venv/bin/python benchmarks/bench_rounds.py                  # every setting below (about 3 min on 2 cores)
+    .venv/bin/python benchmarks/bench_rounds.py base trunc30
+
+The default market and config (``conf/``, composed as the CLI composes them), the first fold of the main
+job's schedule (500 days of 300 stocks, 285 features), binned once as the engine bins it; then each
+setting fits that fold for 20 rounds without early stopping on the same bins, and its milliseconds a
+round are printed. README "Speed on 2 cores" reads these numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import numpy as np  # noqa: E402
+from bench_transformer_backtest import build_parts  # noqa: E402
+
+from backtest.data.fingerprint import panel_fingerprint  # noqa: E402
+from backtest.engine import _fold_sets, _ranking_data, plan_backtest  # noqa: E402
+from backtest.features import build_features  # noqa: E402
+from models.lambdarank import LambdaRankRanker  # noqa: E402
+
+ROUNDS = 20
+#: LambdaRankConfig fields changed from the default (none of them changes the bins)
+SETTINGS: dict[str, dict] = {
+    "base": {},
+    "threads1": {"num_threads": 1},
+    "trunc100": {"truncation_level": 100},
+    "trunc50": {"truncation_level": 50},
+    "trunc30": {"truncation_level": 30},
+    "ff0.5": {"feature_fraction": 0.5},
+    "bag_query": {"extra": {"bagging_by_query": True, "bagging_fraction": 0.5, "bagging_freq": 1}},
+    "goss": {"extra": {"data_sample_strategy": "goss"}},
+    "leaves7": {"num_leaves": 7},
+}
+
+
+def main() -> None:
+    names = sys.argv[1:] or list(SETTINGS)
+    parts = build_parts({}, [], groups=("data", "features", "label", "portfolio"))
+    panel = parts["data"].panel
+    plan = plan_backtest(panel, label=parts["label"], schedule=parts["schedule"], portfolio=parts["portfolio"])
+    matrix = build_features(panel, parts["features"], data_fingerprint=panel_fingerprint(panel))
+    data, samples = _ranking_data(matrix, plan.labels.target.reindex(matrix.index), parts["label"].processing)
+    first = plan.folds[0]
+    base = parts["model"]()
+    base.prepare(samples, history_end=np.datetime64(first.train_dates[-1], "ns"))
+    train, valid, _ = _fold_sets(samples, data, first)
+    print(f"fold 0: {train.n_samples:,} samples x {train.n_features} features, {train.n_days} days; "
+          f"load {os.getloadavg()[0]:.2f}")
+    for name in names:
+        cfg = dataclasses.replace(base.config, num_boost_round=ROUNDS, early_stopping_rounds=None, **SETTINGS[name])
+        ranker = LambdaRankRanker(cfg)
+        ranker.panel = base.panel  # the same bins: no setting here changes them
+        t0 = time.perf_counter()
+        ranker.fit(train, valid)
+        seconds = time.perf_counter() - t0
+        print(f"{name:10} {ROUNDS} rounds {seconds:6.2f} s  {seconds / ROUNDS * 1000:5.0f} ms a round", flush=True)
+
+
+if __name__ == "__main__":
+    main()
