@@ -112,13 +112,13 @@ class RankedPanel:
         y = y - (np.add.reduceat(y, starts) / count)[np.repeat(np.arange(len(starts)), count.astype(int))]
         syy = np.add.reduceat(y * y, starts)
         owner = np.repeat(np.arange(len(starts)), count.astype(int))
-        for lo in range(0, self.X.shape[1], 32):
-            block = self.X[known, lo:lo + 32].astype(np.float64)
+        for lo in range(0, self.X.shape[1], 8):  # 8 columns at a time: the float64 temporaries stay small
+            block = self.X[known, lo:lo + 8].astype(np.float64)
             block -= (np.add.reduceat(block, starts, axis=0) / count[:, None])[owner]
             sxy = np.add.reduceat(block * y[:, None], starts, axis=0)
             sxx = np.add.reduceat(block * block, starts, axis=0)
             with np.errstate(invalid="ignore", divide="ignore"):
-                out[day[starts], lo:lo + 32] = sxy / np.sqrt(sxx * syy[:, None])
+                out[day[starts], lo:lo + 8] = sxy / np.sqrt(sxx * syy[:, None])
         return out
 
 
@@ -159,6 +159,9 @@ class RidgeGram:
     one is summed afresh.
     """
 
+    #: rows summed at a time
+    CHUNK = 16_384
+
     def __init__(self, X: np.ndarray, y: np.ndarray) -> None:
         self.X, self.y = X, y
         self.rows = np.empty(0, dtype=np.int64)
@@ -166,8 +169,13 @@ class RidgeGram:
         self.xy = np.zeros(X.shape[1])
 
     def _sums(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        x = self.X[rows].astype(np.float64)
-        return x.T @ x, x.T @ self.y[rows].astype(np.float64)
+        xx, xy = np.zeros_like(self.xx), np.zeros_like(self.xy)
+        for lo in range(0, len(rows), self.CHUNK):  # a chunk at a time: a window's float64 copy is large
+            part = rows[lo:lo + self.CHUNK]
+            x = self.X[part].astype(np.float64)
+            xx += x.T @ x
+            xy += x.T @ self.y[part].astype(np.float64)
+        return xx, xy
 
     def solve(self, rows: np.ndarray, alpha: float = RIDGE_ALPHA) -> np.ndarray:
         """Ridge coefficients on ``rows`` (sorted positions whose ``y`` is known)."""

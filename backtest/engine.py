@@ -24,6 +24,8 @@ deleted with a warning and its fold recomputed."""
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import hashlib
 import json
 import logging
@@ -216,6 +218,27 @@ def plan_backtest(panel: pd.DataFrame, *, label: LabelSpec, schedule: RollingSch
     return BacktestPlan(labels, folds)
 
 
+def _libc_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim  # glibc; musl and macOS have none
+    except (AttributeError, OSError):  # pragma: no cover
+        return None
+
+
+_MALLOC_TRIM = _libc_malloc_trim()
+
+
+def release_freed_memory() -> None:
+    """Hand the heap pages that the last stage freed back to the OS.
+
+    glibc keeps freed small blocks (a feature build's temporaries, LightGBM's binning samples) in its
+    heap, so without this each stage's peak would stack on the last one's garbage.
+    """
+    gc.collect()
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
 def run_backtest(
     panel: pd.DataFrame,
     *,
@@ -290,6 +313,7 @@ def run_backtest(
         matrix = build_features(panel, features, data_fingerprint=data_fingerprint, registry=registry)
         cache_hit = False
     timings["features_s"] = time.perf_counter() - t0
+    release_freed_memory()
 
     relevance = labels.target.reindex(matrix.index)
     if features.keep_by_gain:
@@ -310,8 +334,9 @@ def run_backtest(
     outcomes = list(
         _run_folds(samples, data, folds, ranker_factory, labels, options, ckpt, on_fold, ndcg)
     )
-    del data, samples  # the labelled samples are a copy of most of the matrix: free it before the baselines
+    del data, samples
     timings["folds_s"] = time.perf_counter() - t0
+    release_freed_memory()  # the binned panel: before the baselines
 
     rows = np.concatenate([o.rows for o in outcomes])
     scores = pd.Series(np.concatenate([o.scores for o in outcomes]), index=matrix.index[rows], name="score")
@@ -342,6 +367,7 @@ def run_backtest(
         baselines = run_baselines(panel, matrix, labels, folds, portfolio, result, scores, seed=seed)
         metrics.update(baselines.metrics)
         timings["baselines_s"] = time.perf_counter() - t0
+        release_freed_memory()
     fold_metrics = pd.DataFrame([{"fold": o.fold, **o.metrics} for o in outcomes]).set_index("fold")
     importance = pd.DataFrame({o.fold: o.importance for o in outcomes}).T.rename_axis("fold").fillna(0.0)
     records = [f.record for f in folds]
@@ -471,6 +497,7 @@ def _run_folds(
     if stateful or (options.n_jobs == 1 and options.backend != "dask"):
         ranker = probe
         ranker.prepare(samples, history_end=history_end)
+        release_freed_memory()  # the binning's samples
         for fold in folds:
             if fold.fold in done:
                 yield emit(done[fold.fold])

@@ -30,6 +30,9 @@
 The whole backtest builds one RankingData (and at most one ``wide`` tensor); every fold's train, valid
 and predict sets are ``take``-n from it, so they share ``wide`` and know their rows in it
 (:meth:`RankingData.rows_in`), which lets a model reuse work done once on the whole (LightGBM's bins).
+A ``take`` of scattered rows (the labelled samples among every eligible row) does not copy ``X``: its
+rows are gathered from the parent's when ``X`` is first read, so a model that trains on bins prepared
+once (:meth:`RankingData.feature_values` reads rows without the copy) never makes it.
 
 Timing: the features of day t use data up to the close of t; ``relevance`` of a sample is known only on
 its ``label_end``. Purging training rows whose label is not yet known is the splitter's job
@@ -58,6 +61,41 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 log = logging.getLogger(__name__)
+
+
+class _Gather:
+    """``source[rows]`` not yet copied: the ``X`` of a RankingData ``take``-n at scattered rows."""
+
+    __slots__ = ("source", "rows")
+
+    def __init__(self, source: np.ndarray, rows: np.ndarray) -> None:
+        self.source, self.rows = source, rows
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self.rows), self.source.shape[1])
+
+    def __getitem__(self, pick: np.ndarray | slice) -> _Gather:
+        return _Gather(self.source, self.rows[pick])
+
+    def copy(self, pick: np.ndarray | slice | None = None) -> np.ndarray:
+        rows = self.rows if pick is None else self.rows[pick]
+        return self.source.take(rows, axis=0)
+
+
+class _FeatureValues:
+    """``RankingData.X``: stored as given; a :class:`_Gather` is copied into an array when first read."""
+
+    def __get__(self, obj: RankingData | None, owner: type) -> Any:
+        if obj is None:
+            return self
+        x = obj.__dict__["X"]
+        if isinstance(x, _Gather):
+            x = obj.__dict__["X"] = x.copy()
+        return x
+
+    def __set__(self, obj: RankingData, value: Any) -> None:
+        obj.__dict__["X"] = value
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,13 +131,14 @@ class RankingData:
     parent: RankingData | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        X = np.asarray(self.X)
-        if X.ndim != 2:
+        X = self.__dict__["X"]
+        X = X if isinstance(X, _Gather) else np.asarray(X)
+        if len(X.shape) != 2:
             raise DataContractError(
                 f"RankingData.X: expected a 2-D (n_samples, n_features) array, received shape {X.shape}. "
                 "Pass one row per (date, code) sample."
             )
-        if X.dtype != np.float32:
+        if not isinstance(X, _Gather) and X.dtype != np.float32:
             X = X.astype(np.float32)
         object.__setattr__(self, "X", X)
         n = X.shape[0]
@@ -181,7 +220,7 @@ class RankingData:
             object.__setattr__(self, name, pos)
         # Spot-check the alignment of X with the tensor on a few rows (cheap; catches a shifted grid).
         probe = np.unique(np.linspace(0, self.n_samples - 1, num=min(self.n_samples, 64)).astype(np.int64))
-        a = self.X[probe]
+        a = self.feature_values(probe)
         b = wide[self.date_pos[probe], self.code_pos[probe]]
         if not np.array_equal(a, b, equal_nan=True):
             i = int(probe[np.flatnonzero(~np.all((a == b) | (np.isnan(a) & np.isnan(b)), axis=1))[0]])
@@ -195,11 +234,29 @@ class RankingData:
 
     @property
     def n_samples(self) -> int:
-        return int(self.X.shape[0])
+        return int(self.__dict__["X"].shape[0])
 
     @property
     def n_features(self) -> int:
-        return int(self.X.shape[1])
+        return int(self.__dict__["X"].shape[1])
+
+    def feature_blocks(self, stop: int | None = None) -> list[np.ndarray]:
+        """The rows ``X[:stop]`` as views of the contiguous runs of the array they live in, in order (one
+        view unless the data was ``take``-n at scattered rows): LightGBM bins such a list without a copy."""
+        x = self.__dict__["X"]
+        if not isinstance(x, _Gather):
+            return [x[:stop]]
+        rows = x.rows[:stop]
+        if not len(rows):
+            return [x.source[:0]]
+        cut = np.flatnonzero(np.diff(rows) != 1) + 1
+        first, last = rows[np.r_[0, cut]], rows[np.r_[cut - 1, len(rows) - 1]]
+        return [x.source[a:b + 1] for a, b in zip(first.tolist(), last.tolist(), strict=True)]
+
+    def feature_values(self, rows: np.ndarray | slice) -> np.ndarray:
+        """``X[rows]``, float32; for data ``take``-n at scattered rows, without copying the rest of ``X``."""
+        x = self.__dict__["X"]
+        return x.copy(rows) if isinstance(x, _Gather) else x[rows]
 
     def day_starts(self) -> np.ndarray:
         """Offsets of the query groups: int64 (n_days + 1,), day g is rows ``[s[g], s[g+1])``."""
@@ -252,7 +309,8 @@ class RankingData:
         """The samples at ``rows`` (strictly increasing positions, or a slice), sharing ``wide``.
 
         The result records ``parent`` = this data and ``rows`` = the positions in it. A contiguous range
-        of rows is taken as a view of ``X``, without a copy.
+        of rows is taken as a view of ``X``; scattered rows are copied out of ``X`` only when the result's
+        ``X`` is read.
         """
         if isinstance(rows, slice):
             idx = np.arange(self.n_samples)[rows]
@@ -274,8 +332,13 @@ class RankingData:
         def sub(a: np.ndarray | None) -> np.ndarray | None:
             return None if a is None else a[pick]
 
+        x = self.__dict__["X"]
+        if isinstance(x, _Gather) or isinstance(pick, slice):
+            X = x[pick]
+        else:
+            X = _Gather(x, idx)
         return RankingData(
-            X=self.X[pick],
+            X=X,
             dates=self.dates[pick],
             codes=self.codes[pick],
             feature_names=self.feature_names,
@@ -324,7 +387,7 @@ class RankingData:
         (raw returns, percentile ranks) stays float64; a model that cannot learn from it refuses it in
         ``fit``.
         """
-        return replace(self, relevance=relevance)
+        return replace(self, X=self.__dict__["X"], relevance=relevance)
 
     # ------------------------------------------------------------------ construction
 
@@ -395,6 +458,9 @@ class RankingData:
         wide = np.full((len(grid_dates), len(grid_codes), self.n_features), np.nan, dtype=np.float32)
         wide[date_pos, code_pos] = self.X
         return wide, date_pos.astype(np.int64), code_pos.astype(np.int64)
+
+
+RankingData.X = _FeatureValues()  # type: ignore[assignment]  # the dataclass field, read through a gather
 
 
 def _as_relevance(relevance: np.ndarray, n: int) -> np.ndarray:

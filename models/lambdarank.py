@@ -210,6 +210,26 @@ def _rank_ic_feval(valid: RankingData) -> Callable[[np.ndarray, Any], tuple[str,
     return rank_ic
 
 
+class _Rows(lgb.Sequence):
+    """A RankingData's feature rows for LightGBM, read a batch at a time: binning from it copies no
+    more than a batch of a scattered ``take`` (:meth:`RankingData.feature_values`)."""
+
+    batch_size = 4096
+
+    def __init__(self, data: RankingData) -> None:
+        self.data = data
+
+    def __len__(self) -> int:
+        return self.data.n_samples
+
+    def __getitem__(self, idx: int | slice | list[int]) -> np.ndarray:
+        if isinstance(idx, slice):
+            return self.data.feature_values(idx)
+        if np.ndim(idx) == 0:
+            return self.data.feature_values(slice(int(idx), int(idx) + 1))[0]
+        return self.data.feature_values(np.asarray(idx, dtype=np.int64))
+
+
 class BinnedPanel:
     """Every sample of a backtest binned once by LightGBM; each fold trains on a subset of whole days.
 
@@ -220,6 +240,9 @@ class BinnedPanel:
         ``min_data_in_leaf`` and the seed, so folds must train with the same parameters.
     history_end : bin edges are computed from the samples dated ``<= history_end`` only, then every
         sample is placed into those bins.
+    keep_raw : keep the feature rows reachable from each fold's subset, as continuing a booster
+        (``init_model``) needs them to compute the subset's starting scores; without it a fold's subset
+        holds its bins only.
 
     Warnings
     --------
@@ -229,7 +252,8 @@ class BinnedPanel:
     """
 
     def __init__(
-        self, data: RankingData, params: dict[str, Any], *, history_end: np.datetime64 | None = None
+        self, data: RankingData, params: dict[str, Any], *, history_end: np.datetime64 | None = None,
+        keep_raw: bool = False,
     ) -> None:
         t0 = time.perf_counter()
         self.source = data
@@ -254,15 +278,15 @@ class BinnedPanel:
                     f"BinnedPanel: no sample is dated on or before history_end={history_end} (data starts "
                     f"{data.dates[0]}); pass the first fold's training end."
                 )
-        reference = None
-        if n_ref < data.n_samples:
-            reference = lgb.Dataset(
-                data.X[:n_ref], label=placeholder[:n_ref], feature_name=names, params=self.params,
-                free_raw_data=True,
-            ).construct()
+        # No second copy of X: the edges come from views of the first n_ref rows, and every sample is
+        # then pushed into them a batch at a time.
+        reference = lgb.Dataset(
+            data.feature_blocks(n_ref), label=placeholder[:n_ref], feature_name=names,
+            params=self.params, free_raw_data=True,
+        ).construct()
         self.dataset = lgb.Dataset(
-            data.X, label=placeholder, reference=reference, feature_name=names, params=self.params,
-            free_raw_data=False,
+            _Rows(data), label=placeholder, reference=reference, feature_name=names, params=self.params,
+            free_raw_data=not keep_raw,
         ).construct()
         self.bin_rows = n_ref
         log.info(
@@ -385,7 +409,8 @@ class LambdaRankRanker(RankerBase):
     def prepare(self, data: RankingData, *, history_end: np.datetime64 | None = None) -> None:
         """Bin every sample once (:class:`BinnedPanel`); later fits on data ``take``-n from ``data``
         train on subsets. Resets warm start."""
-        self.panel = BinnedPanel(data, self.config.lgb_params(), history_end=history_end)
+        self.panel = BinnedPanel(data, self.config.lgb_params(), history_end=history_end,
+                                 keep_raw=self.config.warm_start)
         self.fits_since_refit = 0
 
     def _check(self, data: RankingData, what: str, labelled: bool) -> None:

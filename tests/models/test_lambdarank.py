@@ -193,6 +193,33 @@ def test_panel_follows_the_lineage_of_takes_like_the_engine(make_ranking_data: F
     assert not model.last_fit["binned"]
 
 
+def test_binning_a_scattered_take_copies_no_features_and_trains_the_same_trees(make_ranking_data: Factory) -> None:
+    """The engine's labelled samples are a scattered take of every row: the panel bins them from views
+    of the runs of rows they live in, never from a copy of X, and the trees are those of a panel
+    binned from an explicit copy."""
+    import tracemalloc
+
+    data, _ = make_ranking_data(n_days=300, n_stocks=80, n_features=100, signal=0.5, seed=2)
+    keep = np.ones(data.n_samples, dtype=bool)
+    keep[np.random.default_rng(1).choice(data.n_samples, 300, replace=False)] = False
+    samples = data.take(np.flatnonzero(keep)).with_relevance(data.relevance[keep])
+    copied = RankingData(data.X[keep], samples.dates, samples.codes, samples.feature_names, samples.relevance)
+    history_end = samples.dates[samples.n_samples // 2]
+    built = []
+    for source in (samples, copied):
+        model = LambdaRankRanker(LambdaRankConfig(**SMALL))
+        tracemalloc.start()
+        model.prepare(source, history_end=history_end)
+        window = source.take(np.flatnonzero(source.dates <= history_end))
+        model.fit(window)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert model.last_fit["binned"]
+        built.append((trees(model.booster), peak))
+    assert built[0][0] == built[1][0]
+    assert built[0][1] < samples.n_samples * samples.n_features * 4 / 3  # a batch of rows, not a copy of X
+
+
 def test_binned_subset_of_a_later_window_matches_when_bins_coincide(make_ranking_data: Factory) -> None:
     """With features of few distinct values (all present in every window) the bins are the same whatever
     rows they come from, so a later window's subset gives exactly the fresh model."""

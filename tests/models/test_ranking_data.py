@@ -77,6 +77,32 @@ def test_take_keeps_order_shares_wide_and_records_lineage() -> None:
     np.testing.assert_array_equal(data.between("2024-01-03", None).rows, [2, 3, 4])
 
 
+def test_a_scattered_take_copies_x_only_when_x_is_read() -> None:
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    n_days, n_stocks = 400, 50
+    dates = np.repeat(np.arange(n_days).astype("datetime64[D]").astype("datetime64[ns]"), n_stocks)
+    codes = np.tile(np.array([f"c{i:02d}" for i in range(n_stocks)]), n_days)
+    data = RankingData(rng.normal(size=(n_days * n_stocks, 300)).astype(np.float32), dates, codes,
+                       tuple(f"f{i}" for i in range(300)))  # 24 MB of features
+    keep = np.flatnonzero(rng.random(data.n_samples) < 0.97)
+    tracemalloc.start()
+    samples = data.take(keep).with_relevance(np.zeros(len(keep), dtype=np.int64))
+    train = samples.take(np.arange(100, 15_000))  # a fold's window of the samples
+    blocks = train.feature_blocks()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < data.X.nbytes / 20  # no copy of the features so far
+    assert (samples.n_samples, samples.n_features) == (len(keep), 300)
+    assert all(np.shares_memory(b, data.X) for b in blocks) and len(blocks) > 1  # views of the runs
+    np.testing.assert_array_equal(np.vstack(blocks), data.X[keep[100:15_000]])
+    np.testing.assert_array_equal(train.feature_values(np.array([0, 7, 14_899])), data.X[keep[[100, 107, 14_999]]])
+    np.testing.assert_array_equal(train.rows_in(data), keep[100:15_000])
+    np.testing.assert_array_equal(train.X, data.X[keep[100:15_000]])  # read: the rows are copied now
+    assert not np.shares_memory(train.X, data.X)
+
+
 def test_from_frame_with_tensor_aligns_samples_to_the_grid() -> None:
     idx = pd.MultiIndex.from_arrays([pd.DatetimeIndex(D), C], names=["date", "code"])
     frame = pd.DataFrame({"f": [1.0, 2.0, 3.0, np.nan, 5.0]}, index=idx)
