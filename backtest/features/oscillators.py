@@ -27,8 +27,8 @@ from backtest.features.rolling import (
 def _rsi(n: int) -> Compute:
     def rsi(m: MarketData) -> np.ndarray:
         delta = m.close - lag(m.close, 1)
-        gain = ewm_mean(np.where(np.isnan(delta), np.nan, np.maximum(delta, 0.0)), 1.0 / n, min_periods=n)
-        loss = ewm_mean(np.where(np.isnan(delta), np.nan, np.maximum(-delta, 0.0)), 1.0 / n, min_periods=n)
+        gain = ewm_mean(np.maximum(delta, 0.0), 1.0 / n, min_periods=n)  # np.maximum keeps a NaN a NaN
+        loss = ewm_mean(np.maximum(-delta, 0.0), 1.0 / n, min_periods=n)
         with np.errstate(invalid="ignore", divide="ignore"):
             return 100.0 * gain / (gain + loss)
 

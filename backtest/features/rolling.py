@@ -82,8 +82,10 @@ def _window_count(valid: np.ndarray, window: int) -> np.ndarray:
 
 def _window_total(zeroed: np.ndarray, window: int) -> np.ndarray:
     total = running_total(zeroed)
-    total[window:] -= total[:-window].copy()
-    return total
+    out = np.empty_like(total)
+    out[:window] = total[:window]
+    np.subtract(total[window:], total[:-window], out=out[window:])
+    return out
 
 
 def rolling_sum(x: np.ndarray, window: int, min_periods: int | None = None) -> np.ndarray:
@@ -128,6 +130,8 @@ def _deviation_sum(
     n, m = x.shape
     valid = np.isfinite(x) if y is None else np.isfinite(x) & np.isfinite(y)
     weight = valid.astype(np.float64)
+    # rows [p, q) are all valid iff gaps[q] == gaps[p]: there the weights (all 1) need not be applied
+    gaps = np.concatenate([[0], np.cumsum(~valid.all(axis=1))])
     x0 = x.copy()
     np.copyto(x0, 0.0, where=~valid)
     y0 = None
@@ -144,7 +148,8 @@ def _deviation_sum(
             lo = max(a, k)
             t = tmp[: b - lo]
             np.subtract(x0[lo - k : b - k], center[lo:b], out=t)
-            np.multiply(t, weight[lo - k : b - k], out=t)  # invalid observations contribute 0
+            if gaps[b - k] != gaps[lo - k]:
+                np.multiply(t, weight[lo - k : b - k], out=t)  # invalid observations contribute 0
             if kind == "sq":
                 np.multiply(t, t, out=t)
             elif kind == "cube":
@@ -160,18 +165,21 @@ def _deviation_sum(
 
 
 def rolling_std(
-    x: np.ndarray, window: int, min_periods: int | None = None, ddof: int = 1, two_pass: bool = True
+    x: np.ndarray, window: int, min_periods: int | None = None, ddof: int = 1, two_pass: bool = True,
+    mean: np.ndarray | None = None,
 ) -> np.ndarray:
     """Standard deviation over the last ``window`` rows (pandas ``rolling(window).std(ddof)``).
 
     ``two_pass=False`` uses running sums of x and x^2 (several times faster). Only for series centered
     near zero, such as daily returns: on price levels the one-pass formula cancels catastrophically.
+    ``mean``: ``rolling_mean(x, window, min_periods)`` when the caller has it (it is the two-pass centre;
+    its NaN cells are those whose deviation is NaN anyway).
     """
     _check_window(window, min_periods)
     valid = np.isfinite(x)
     count = _window_count(valid, window)
     if two_pass:
-        mean = rolling_mean(x, window, 1)
+        mean = rolling_mean(x, window, 1) if mean is None else mean
         squares = _deviation_sum(x, mean, window, "sq")
     else:
         _, zeroed = _finite_and_zeroed(x)
@@ -306,17 +314,19 @@ def ewm_mean(x: np.ndarray, alpha: float, min_periods: int = 1) -> np.ndarray:
         raise ValueError(f"ewm_mean: alpha must be in (0, 1], got {alpha}")
     n, m = x.shape
     valid = ~np.isnan(x)
-    rows = np.arange(n)[:, None]
     gaps = n > 1 and bool((valid[:-1] & ~valid[1:]).any())
     # first valid row of each column (without gaps the valid rows are a suffix: count them)
     first = np.where(valid.any(axis=0), valid.argmax(axis=0), n) if gaps else n - np.count_nonzero(valid, axis=0)
     filled = forward_fill(x) if gaps else x.copy()
     x0 = filled[np.minimum(first, n - 1), np.arange(m)] if n else np.zeros(m)
     x0[np.isnan(x0)] = 0.0
-    np.copyto(filled, x0[None, :], where=rows < first[None, :])  # start the recursion at the first value
+    for j in np.flatnonzero(first > 0).tolist():  # start the recursion at the first value (few columns)
+        filled[: first[j], j] = x0[j]
     zi = ((1.0 - alpha) * x0)[None, :]
     out, _ = lfilter([alpha], [1.0, -(1.0 - alpha)], filled, axis=0, zi=zi)
-    out[rows < (first + max(min_periods, 1) - 1)[None, :]] = np.nan
+    stop = first + max(min_periods, 1) - 1
+    for j in np.flatnonzero(stop > 0).tolist():
+        out[: stop[j], j] = np.nan
     return out
 
 

@@ -36,7 +36,7 @@ def atr_pct(m: MarketData) -> np.ndarray:
 def _bollinger(m: MarketData) -> np.ndarray:
     def make() -> np.ndarray:
         mid = moving_average(m, 20)
-        sd = rolling_std(m.close, 20)
+        sd = rolling_std(m.close, 20, mean=mid)
         flat = sd <= 1e-12 * mid
         with np.errstate(invalid="ignore", divide="ignore"):
             pctb = (m.close - (mid - 2.0 * sd)) / (4.0 * sd)
