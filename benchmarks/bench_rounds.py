@@ -34,7 +34,7 @@ SETTINGS: dict[str, dict] = {
     "trunc100": {"truncation_level": 100},
     "trunc50": {"truncation_level": 50},
     "trunc30": {"truncation_level": 30},
-    "ff0.5": {"feature_fraction": 0.5},
+    "ff0.8": {"feature_fraction": 0.8},  # the default before 0.5
     "bag_query": {"extra": {"bagging_by_query": True, "bagging_fraction": 0.5, "bagging_freq": 1}},
     "goss": {"extra": {"data_sample_strategy": "goss"}},
     "leaves7": {"num_leaves": 7},

@@ -1,9 +1,9 @@
 """Benchmark: the weekly-retraining backtest end to end, and the LightGBM levers on it.
 
     .venv/bin/python benchmarks/bench_weekly.py                        # fresh fits, then warm start (97 folds)
-    .venv/bin/python benchmarks/bench_weekly.py --extra experiment=weekly --levers base fresh   # README "Speed"
+    .venv/bin/python benchmarks/bench_weekly.py --extra experiment=weekly --levers base warm40 fresh  # README
     .venv/bin/python benchmarks/bench_weekly.py --levers base trunc8 leaves15 --test-end 2024-06-30
-    .venv/bin/python benchmarks/bench_weekly.py --schedule monthly --levers base trunc8 xendcg   # the main job
+    .venv/bin/python benchmarks/bench_weekly.py --schedule monthly --levers base es50_ff0.8   # the main job
 
 Each case is the main job as a user runs it, ``python -m backtest backtest.retrain_every=5
 backtest.train_window=730 [lever overrides]`` on the default market (``features=all``), from a cold
@@ -35,15 +35,18 @@ LEVERS: dict[str, list[str]] = {
     "trunc8": ["model.config.truncation_level=null"],  # portfolio depth + 3
     "trunc50": ["model.config.truncation_level=50"],  # pairs of the top 50 positions with the whole list
     "leaves15": ["model.config.num_leaves=15"],
-    "ff0.5": ["model.config.feature_fraction=0.5"],
+    "ff0.8": ["model.config.feature_fraction=0.8"],
+    "es50_ff0.8": ["model.config.early_stopping_rounds=50", "model.config.feature_fraction=0.8"],  # the
+    # defaults before early stopping after 10 rounds and half the features per tree
     "goss": ["+model.config.extra.data_sample_strategy=goss"],
     "bag_query": ["+model.config.extra.bagging_by_query=true", "+model.config.extra.bagging_fraction=0.5",
                   "+model.config.extra.bagging_freq=1"],
     "bin_sample": ["+model.config.extra.bin_construct_sample_cnt=50000"],
-    "es20": ["model.config.early_stopping_rounds=20"],  # fewer rounds trained past the best one
-    "es10": ["model.config.early_stopping_rounds=10"],
+    "es20": ["model.config.early_stopping_rounds=20"],
+    "es50": ["model.config.early_stopping_rounds=50"],
     "xendcg": ["+model.config.extra.objective=rank_xendcg"],  # a listwise objective, linear in the list length
     "warm20": ["model.config.warm_start=true", "model.config.warm_start_rounds=20"],
+    "warm40": ["model.config.warm_start=true", "model.config.warm_start_rounds=40"],
 }
 
 
