@@ -19,10 +19,12 @@ block-bootstrap interval, rank IC with its Newey-West standard error.
 
 ::
 
-    features --daily ranks (once)--> R (rows x features, float32), label ranks y
-    per fold:  train+valid rows --> mean daily rank IC of each column --> argmax |IC|, sign  (factor)
+    per fold, in date order:
+               its new days --daily ranks--> R (rows x features, float32), label ranks y, daily rank IC
+               train+valid rows --> mean daily rank IC of each column --> argmax |IC|, sign  (factor)
                                 --> (R'R + alpha n I) beta = R'y                            (linear)
                decision rows    --> scores --> simulate --> headline metrics
+               ranks no later fold reads are dropped (a training window of ranks is held at a time)
 """
 
 from __future__ import annotations
@@ -68,13 +70,22 @@ BASELINE_METRICS: tuple[str, ...] = (
 RIDGE_ALPHA = 0.1
 
 
+def _day_index(dates: np.ndarray) -> np.ndarray:
+    """Each row's day number, 0 for the first row's day (rows sorted by date), int64."""
+    if not len(dates):
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate([[0], np.cumsum(dates[1:] != dates[:-1])]).astype(np.int64)
+
+
 @dataclass(frozen=True, eq=False)
 class RankedPanel:
-    """Each feature's and the label's cross-sectional percentile rank per day, centred at 0.
+    """Each feature's and the label's cross-sectional percentile rank per day, centred at 0, on the
+    feature matrix rows ``start:stop`` (whole days).
 
-    ``X`` is float32 (rows x features) aligned with the feature matrix rows, NaN replaced by 0 (the
-    median); ``y`` the label's centred rank, NaN where the label is unknown; ``day`` each row's day
-    index. Ranking reads no label but ``y``'s own day.
+    ``X`` is float32 (rows x features) aligned with those rows, NaN replaced by 0 (the median); ``y``
+    the label's centred rank, NaN where the label is unknown; ``day`` each row's day index (0 = the
+    day of row ``start``). Ranking reads no label but ``y``'s own day, and no row of another day, so
+    the ranks of a day are the same whatever rows around it are ranked with.
     """
 
     X: np.ndarray
@@ -82,19 +93,34 @@ class RankedPanel:
     day: np.ndarray
     dates: np.ndarray
     names: tuple[str, ...]
+    start: int = 0
 
     @classmethod
-    def of(cls, matrix: FeatureMatrix, fwd_return: pd.Series) -> RankedPanel:
-        dates = matrix.index.get_level_values(0).values
-        day = np.concatenate([[0], np.cumsum(dates[1:] != dates[:-1])]).astype(np.int64)
+    def of(cls, matrix: FeatureMatrix, fwd_return: pd.Series, start: int = 0,
+           stop: int | None = None) -> RankedPanel:
+        """Rank the rows ``start:stop`` of ``matrix`` (each the first row of a day, or the end)."""
+        fwd = fwd_return.reindex(matrix.index).to_numpy(dtype=np.float64)
+        return cls.rank(matrix.values, fwd, matrix.index.get_level_values(0).values, tuple(matrix.names),
+                        start, len(fwd) if stop is None else stop)
+
+    @classmethod
+    def rank(cls, values: np.ndarray, fwd: np.ndarray, dates: np.ndarray, names: tuple[str, ...], start: int,
+             stop: int) -> RankedPanel:
+        """Rank ``values[start:stop]`` (features) and ``fwd[start:stop]`` (the label, aligned) by day."""
+        for edge in (start, stop):
+            if 0 < edge < len(dates) and dates[edge - 1] == dates[edge]:
+                raise ValueError(f"RankedPanel: row {edge} is not the first row of its day {dates[edge]}")
+        dates = dates[start:stop]
+        day = _day_index(dates)
         n_days = int(day[-1]) + 1 if len(day) else 0
         section = DailyCrossSection.of(day, np.ones(len(day), dtype=bool), n_days)
-        X = np.empty(matrix.values.shape, dtype=np.float32)
-        for j in range(matrix.values.shape[1]):
-            col = section.rank_pct(matrix.values[:, j]) - 0.5
+        block = values[start:stop]
+        X = np.empty(block.shape, dtype=np.float32)
+        for j in range(block.shape[1]):
+            col = section.rank_pct(block[:, j]) - 0.5
             X[:, j] = np.nan_to_num(col, nan=0.0)
-        y = section.rank_pct(fwd_return.reindex(matrix.index).to_numpy(dtype=np.float64)) - 0.5
-        return cls(X=X, y=y, day=day, dates=dates, names=tuple(matrix.names))
+        y = section.rank_pct(fwd[start:stop]) - 0.5
+        return cls(X=X, y=y, day=day, dates=dates, names=names, start=start)
 
     def daily_rank_ic(self) -> np.ndarray:
         """Per day and feature, the Pearson correlation of the centred ranks over the day's labelled rows
@@ -119,6 +145,67 @@ class RankedPanel:
             sxx = np.add.reduceat(block * block, starts, axis=0)
             with np.errstate(invalid="ignore", divide="ignore"):
                 out[day[starts], lo:lo + 8] = sxy / np.sqrt(sxx * syy[:, None])
+        return out
+
+
+class RankedDays:
+    """The ranks of the feature matrix, a run of days at a time, held while a fold still reads them.
+
+    The folds read their days in order: :meth:`advance` ranks the days up to a fold's last row
+    (:class:`RankedPanel` blocks of at most :data:`BLOCK_DAYS` days) and records their daily rank IC,
+    :meth:`forget_before` drops the blocks no later fold reads. Every day is ranked once, and what is
+    held is about one training window of ranks, not the panel's. ``ranks[rows]`` gathers ranked rows
+    (float32, rows x features) for :class:`RidgeGram`.
+    """
+
+    #: days ranked in one block
+    BLOCK_DAYS = 64
+
+    def __init__(self, matrix: FeatureMatrix, fwd_return: pd.Series, known: np.ndarray, start: int) -> None:
+        self.values, self.names = matrix.values, tuple(matrix.names)
+        self.dates = matrix.index.get_level_values(0).values
+        self.fwd = fwd_return.reindex(matrix.index).to_numpy(dtype=np.float64)
+        self.known = known
+        self.shape = matrix.values.shape
+        self.day = _day_index(self.dates)
+        n_days = int(self.day[-1]) + 1 if len(self.day) else 0
+        self.day_starts = np.searchsorted(self.day, np.arange(n_days + 1))
+        #: per day and feature: the features' daily rank IC (NaN until the day is ranked)
+        self.daily_ic = np.full((n_days, self.shape[1]), np.nan)
+        #: the label's centred rank where the label is known (a row the model could train on), else NaN
+        self.y = np.full(len(self.dates), np.nan)
+        self.blocks: list[RankedPanel] = []
+        #: rows before it are ranked (or dropped); ranking starts at row ``start`` (a day's first row)
+        self.ranked_to = start
+
+    def advance(self, stop: int) -> None:
+        """Rank every day up to the day of row ``stop - 1``."""
+        end = int(self.day_starts[self.day[stop - 1] + 1]) if stop > 0 else 0
+        while self.ranked_to < end:
+            row, first = self.ranked_to, int(self.day[self.ranked_to])
+            cut = int(self.day_starts[min(first + self.BLOCK_DAYS, len(self.day_starts) - 1)])
+            block = RankedPanel.rank(self.values, self.fwd, self.dates, self.names, row, min(cut, end))
+            ic = block.daily_rank_ic()
+            self.daily_ic[first:first + len(ic)] = ic
+            self.ranked_to = row + len(block.y)
+            self.y[row:self.ranked_to] = np.where(self.known[row:self.ranked_to], block.y, np.nan)
+            self.blocks.append(block)
+
+    def forget_before(self, row: int) -> None:
+        """Drop the blocks that end before ``row``."""
+        self.blocks = [b for b in self.blocks if b.start + len(b.y) > row]
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        starts = np.array([b.start for b in self.blocks], dtype=np.int64)
+        if not len(rows):
+            return np.empty((0, self.shape[1]), dtype=np.float32)
+        if not len(starts) or rows[0] < starts[0] or rows[-1] >= self.ranked_to:
+            raise AssertionError(f"RankedDays: rows {rows[0]}..{rows[-1]} are not ranked or were dropped")
+        which = np.searchsorted(starts, rows, side="right") - 1
+        out = np.empty((len(rows), self.shape[1]), dtype=np.float32)
+        for b in np.unique(which):
+            sel = which == b
+            out[sel] = self.blocks[b].X[rows[sel] - starts[b]]
         return out
 
 
@@ -162,7 +249,7 @@ class RidgeGram:
     #: rows summed at a time
     CHUNK = 16_384
 
-    def __init__(self, X: np.ndarray, y: np.ndarray) -> None:
+    def __init__(self, X: np.ndarray | RankedDays, y: np.ndarray) -> None:
         self.X, self.y = X, y
         self.rows = np.empty(0, dtype=np.int64)
         self.xx = np.zeros((X.shape[1], X.shape[1]))
@@ -216,26 +303,37 @@ class Baselines:
     seconds: float
 
 
-def baseline_scores(matrix: FeatureMatrix, labels: Labels, folds: Sequence[Fold],
-                    ranked: RankedPanel | None = None) -> tuple[dict[str, pd.Series], pd.DataFrame]:
-    """Out-of-sample scores of each baseline on the folds' decision dates, and the factor choices."""
-    ranked = ranked or RankedPanel.of(matrix, labels.fwd_return)
-    daily = ranked.daily_rank_ic()
+def baseline_scores(matrix: FeatureMatrix, labels: Labels,
+                    folds: Sequence[Fold]) -> tuple[dict[str, pd.Series], pd.DataFrame]:
+    """Out-of-sample scores of each baseline on the folds' decision dates, and the factor choices.
+
+    The ranks are computed fold by fold (:class:`RankedDays`), from the first day a fold trains on:
+    the earlier rows (the features' warm-up history) are read by no fold.
+    """
+    dates = matrix.index.get_level_values(0).values
     # the label of a row counts only where the model could train on it: a labelled row (the same rows
     # the engine's training sets are taken from)
     known = labels.target.reindex(matrix.index).notna().to_numpy()
-    y = np.where(known, ranked.y, np.nan)
-    out = {name: np.full(len(matrix.index), np.nan) for name in BASELINES}
-    gram = RidgeGram(ranked.X, y)
+    # each fold's first row: the first row of its earliest day (no later fold reads a row before the
+    # smallest of the later folds' firsts)
+    earliest = [min(d.min() for d in (f.train_dates, f.valid_dates, f.predict_dates) if len(d)) for f in folds]
+    firsts = np.searchsorted(dates, np.array(earliest, dtype="datetime64[ns]")).tolist()
+    ranks = RankedDays(matrix, labels.fwd_return, known, start=min(firsts, default=0))
+    later_first = np.minimum.accumulate(np.array(firsts[::-1] + [len(dates)]))[::-1][1:]  # of the folds after each
+    out = {name: np.full(len(dates), np.nan) for name in BASELINES}
+    gram = RidgeGram(ranks, ranks.y)
     choices = []
-    for fold in folds:
-        train, valid, predict = fold_rows(fold, ranked.dates)
+    for fold, later in zip(folds, later_first, strict=True):
+        train, valid, predict = fold_rows(fold, dates)
         rows = np.sort(np.concatenate([train, valid]))
         rows = rows[known[rows]]
-        j, choice = choose_factor(daily, np.unique(ranked.day[rows]), ranked.names, fold.fold)
+        ranks.advance(max((int(p[-1]) + 1 for p in (train, valid, predict) if len(p)), default=0))
+        j, choice = choose_factor(ranks.daily_ic, np.unique(ranks.day[rows]), ranks.names, fold.fold)
         choices.append(choice)
-        out["factor"][predict] = choice.sign * ranked.X[predict, j]
-        out["linear"][predict] = ranked.X[predict] @ gram.solve(rows)
+        x = ranks[predict]
+        out["factor"][predict] = choice.sign * x[:, j]
+        out["linear"][predict] = x @ gram.solve(rows)
+        ranks.forget_before(min(int(rows[0]) if len(rows) else len(dates), int(later)))
     scores = {}
     for name, values in out.items():
         s = pd.Series(values, index=matrix.index, name="score")

@@ -9,7 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from backtest.baselines import BASELINE_METRICS, BASELINES, RankedPanel, baseline_scores, choose_factor, fit_ridge
+from backtest.baselines import (
+    BASELINE_METRICS,
+    BASELINES,
+    RankedDays,
+    RankedPanel,
+    baseline_scores,
+    choose_factor,
+    fit_ridge,
+)
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.data.synthetic import oracle_scores
 from backtest.engine import run_backtest
@@ -73,6 +81,35 @@ def test_daily_rank_ic_matches_pandas_spearman(setup) -> None:
         assert complete.sum() > 100
         np.testing.assert_allclose(got[complete], reference[complete], atol=2e-4)  # float32 ranks
         assert np.corrcoef(got.dropna(), reference.reindex(got.dropna().index))[0, 1] > 0.99
+
+
+def test_ranks_a_few_days_at_a_time_are_those_of_the_whole_panel(setup, monkeypatch) -> None:
+    """baseline_scores ranks the days fold by fold, in blocks, from the first day a fold reads: a day's
+    ranks, label ranks and daily rank IC are bit-for-bit those of ranking every row at once; dropped
+    and unranked rows are refused, and so is a block that starts inside a day."""
+    matrix, labels, _ = setup
+    whole = RankedPanel.of(matrix, labels.fwd_return)
+    known = labels.target.reindex(matrix.index).notna().to_numpy()
+    dates = matrix.index.get_level_values(0)
+    first_row = {d: int(i) for d, i in zip(*np.unique(dates.values, return_index=True), strict=True)}
+    days = dates.unique()
+    monkeypatch.setattr(RankedDays, "BLOCK_DAYS", 7)
+    ranks = RankedDays(matrix, labels.fwd_return, known, start=first_row[days[40]])
+    ranks.advance(first_row[days[70]])  # days 40..69: blocks of 7, 7, 7, 7 and 2 days
+    ranks.advance(first_row[days[90]] - 5)  # the end of a day is ranked whole: through day 89
+    assert [len(np.unique(b.day)) for b in ranks.blocks] == [7, 7, 7, 7, 2, 7, 7, 6]
+    rows = np.arange(first_row[days[40]], first_row[days[90]])
+    np.testing.assert_array_equal(ranks[rows], whole.X[rows])
+    np.testing.assert_array_equal(ranks.y[rows], np.where(known[rows], whole.y[rows], np.nan))
+    np.testing.assert_array_equal(ranks.daily_ic[40:90], whole.daily_rank_ic()[40:90])
+    assert np.isnan(ranks.daily_ic[:40]).all() and np.isnan(ranks.daily_ic[90:]).all()
+    ranks.forget_before(first_row[days[50]])  # the block of days 47..53 is still read
+    np.testing.assert_array_equal(ranks[rows[rows >= first_row[days[47]]]], whole.X[rows[rows >= first_row[days[47]]]])
+    for outside in (rows[:1], [first_row[days[90]]]):
+        with pytest.raises(AssertionError, match="not ranked or were dropped"):
+            ranks[np.asarray(outside)]
+    with pytest.raises(ValueError, match="not the first row of its day"):
+        RankedPanel.of(matrix, labels.fwd_return, start=first_row[days[40]] + 1)
 
 
 def test_choose_factor_takes_the_largest_absolute_ic_with_its_sign() -> None:

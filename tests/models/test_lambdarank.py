@@ -220,6 +220,31 @@ def test_binning_a_scattered_take_copies_no_features_and_trains_the_same_trees(m
     assert built[0][1] < samples.n_samples * samples.n_features * 4 / 3  # a batch of rows, not a copy of X
 
 
+def test_binning_a_few_columns_at_a_time_gives_the_same_bins_and_trees(
+    make_ranking_data: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bin edges are set 3 features at a time (a constant, a sparse and a gappy feature among them)
+    and joined: every feature has the bins, and the fit the trees, of binning all 10 at once."""
+    data, _ = make_ranking_data(n_days=120, n_stocks=40, n_features=10, signal=0.5, seed=4)
+    x = data.X.copy()
+    x[:, 1] = 0.5  # constant: LightGBM filters it out
+    x[np.random.default_rng(0).random(len(x)) < 0.9, 4] = 0.0  # mostly zeros
+    x[np.random.default_rng(1).random(len(x)) < 0.3, 7] = np.nan
+    data = RankingData(x, data.dates, data.codes, data.feature_names, data.relevance)
+    history_end = data.dates[data.n_samples // 2]
+    built = []
+    for width in (3, 48):
+        monkeypatch.setattr(BinnedPanel, "bin_columns", width)
+        model = LambdaRankRanker(LambdaRankConfig(**SMALL))
+        model.prepare(data, history_end=history_end)
+        model.fit(data.take(np.flatnonzero(data.dates <= history_end)))
+        ds = model.panel.dataset
+        assert ds.get_feature_name() == list(data.feature_names)
+        built.append(([ds.feature_num_bin(i) for i in range(data.n_features)], trees(model.booster)))
+    assert built[0] == built[1]
+    assert built[0][0][1] == 0 and 1 < built[0][0][4] < 255  # the constant filtered out, the sparse one coarse
+
+
 def test_binned_subset_of_a_later_window_matches_when_bins_coincide(make_ranking_data: Factory) -> None:
     """With features of few distinct values (all present in every window) the bins are the same whatever
     rows they come from, so a later window's subset gives exactly the fresh model."""
