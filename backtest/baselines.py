@@ -319,7 +319,8 @@ def baseline_scores(matrix: FeatureMatrix, labels: Labels,
     earliest = [min(d.min() for d in (f.train_dates, f.valid_dates, f.predict_dates) if len(d)) for f in folds]
     firsts = np.searchsorted(dates, np.array(earliest, dtype="datetime64[ns]")).tolist()
     ranks = RankedDays(matrix, labels.fwd_return, known, start=min(firsts, default=0))
-    later_first = np.minimum.accumulate(np.array(firsts[::-1] + [len(dates)]))[::-1][1:]  # of the folds after each
+    # for each fold, the first row any later fold reads (the suffix minima of firsts)
+    later_first = np.minimum.accumulate(np.array([*firsts, len(dates)])[::-1])[::-1][1:]
     out = {name: np.full(len(dates), np.nan) for name in BASELINES}
     gram = RidgeGram(ranks, ranks.y)
     choices = []

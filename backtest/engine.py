@@ -228,8 +228,21 @@ def _libc_malloc_trim() -> Callable[[int], int] | None:
 _MALLOC_TRIM = _libc_malloc_trim()
 
 
-def release_freed_memory() -> None:
-    """Hand the heap pages that the last stage freed back to the OS.
+def _resident_gib() -> tuple[float, float] | None:
+    """(peak so far, now) of this process's resident memory in GiB; None off Linux."""
+    try:
+        with open("/proc/self/status") as f:
+            kib = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in f) if k in ("VmHWM", "VmRSS")}
+        return kib["VmHWM"] / 2**20, kib["VmRSS"] / 2**20
+    except (OSError, KeyError, ValueError):  # pragma: no cover
+        return None
+
+
+def release_freed_memory(stage: str) -> None:
+    """Hand the heap pages that ``stage`` (just finished) freed back to the OS, and log at DEBUG level
+    the process's peak resident memory so far and what is resident after the release
+    (``hydra.verbose=backtest.engine``; Linux only): the stage that raised the peak is the first whose
+    line shows it.
 
     glibc keeps freed small blocks (a feature build's temporaries, LightGBM's binning samples) in its
     heap, so without this each stage's peak would stack on the last one's garbage.
@@ -237,6 +250,9 @@ def release_freed_memory() -> None:
     gc.collect()
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
+    resident = _resident_gib()
+    if resident is not None:
+        log.debug("memory: %s done, peak so far %.2f GiB resident; %.2f GiB after it", stage, *resident)
 
 
 def run_backtest(
@@ -313,7 +329,7 @@ def run_backtest(
         matrix = build_features(panel, features, data_fingerprint=data_fingerprint, registry=registry)
         cache_hit = False
     timings["features_s"] = time.perf_counter() - t0
-    release_freed_memory()
+    release_freed_memory("features")
 
     relevance = labels.target.reindex(matrix.index)
     if features.keep_by_gain:
@@ -336,7 +352,7 @@ def run_backtest(
     )
     del data, samples
     timings["folds_s"] = time.perf_counter() - t0
-    release_freed_memory()  # the binned panel: before the baselines
+    release_freed_memory("folds")  # the binned panel: before the baselines
 
     rows = np.concatenate([o.rows for o in outcomes])
     scores = pd.Series(np.concatenate([o.scores for o in outcomes]), index=matrix.index[rows], name="score")
@@ -367,7 +383,7 @@ def run_backtest(
         baselines = run_baselines(panel, matrix, labels, folds, portfolio, result, scores, seed=seed)
         metrics.update(baselines.metrics)
         timings["baselines_s"] = time.perf_counter() - t0
-        release_freed_memory()
+        release_freed_memory("baselines")
     fold_metrics = pd.DataFrame([{"fold": o.fold, **o.metrics} for o in outcomes]).set_index("fold")
     importance = pd.DataFrame({o.fold: o.importance for o in outcomes}).T.rename_axis("fold").fillna(0.0)
     records = [f.record for f in folds]
@@ -497,7 +513,7 @@ def _run_folds(
     if stateful or (options.n_jobs == 1 and options.backend != "dask"):
         ranker = probe
         ranker.prepare(samples, history_end=history_end)
-        release_freed_memory()  # the binning's samples
+        release_freed_memory("binning")  # the binning's samples
         for fold in folds:
             if fold.fold in done:
                 yield emit(done[fold.fold])

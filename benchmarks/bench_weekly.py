@@ -73,6 +73,8 @@ def main() -> None:
         print(f"{name:10} {job.wall_s:7.1f} {job.peak_rss_gib:7.2f} {job.metrics['n_folds']:5.0f} "
               f"{job.fold_mean('trees'):6.1f} {job.fold_mean('fit_seconds'):10.2f} {ic:+8.4f} {se:7.4f} "
               f"{diff:+7.2f}se {job.load:5.2f}  {stages}", flush=True)
+        peaks = " ".join(f"{k} {v:.2f}" for k, v in job.stage_peaks_gib.items())
+        print(f"{'':10} peak RSS so far after each stage (GiB): {peaks}", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@
 from and a store of its own, and returns its wall time, its peak resident memory (``wait4``'s
 ``ru_maxrss`` of that process), the stage timings the CLI logs (:data:`backtest.cli.STAGE_SECONDS`: plan,
 audit, features, folds, portfolio, baselines, record), and the run read back from the store: its headline
-metrics and its per-fold metrics (``fold/trees``, ``fold/fit_seconds``, ...). The benchmarks
+metrics and its per-fold metrics (``fold/trees``, ``fold/fit_seconds``, ...), and the peak resident
+memory so far at the end of each stage (the engine's ``memory:`` debug lines,
+:func:`backtest.engine.release_freed_memory`: features, binning, folds, baselines; the first stage that
+shows the final peak set it). The benchmarks
 ``bench_weekly.py`` and ``bench_scale.py`` are built on it; nothing here is projected.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -22,6 +26,9 @@ from pathlib import Path
 from backtest import PROJECT_DIR
 from backtest.cli import STAGE_SECONDS
 
+#: the engine's per-stage memory line (``release_freed_memory``)
+STAGE_PEAK = re.compile(r"memory: (\w+) done, peak so far ([\d.]+) GiB")
+
 
 @dataclass
 class MainJob:
@@ -30,6 +37,7 @@ class MainJob:
     peak_rss_gib: float
     returncode: int
     stages: dict[str, float] = field(default_factory=dict)
+    stage_peaks_gib: dict[str, float] = field(default_factory=dict)  # stage -> peak RSS up to its end
     metrics: dict[str, float] = field(default_factory=dict)
     folds: dict[str, list[float]] = field(default_factory=dict)  # fold/<name> -> one value per fold
     load: float = 0.0  # 1-minute load average when it started
@@ -45,7 +53,7 @@ def run_main_job(overrides: list[str], *, timeout_s: float = 3600.0, keep: Path 
     with tempfile.TemporaryDirectory(prefix="e2e-", dir=keep) as tmp:
         store = f"sqlite:///{tmp}/mlruns.db"
         command = [sys.executable, "-m", "backtest", *overrides, f"engine.cache_dir={tmp}/cache",
-                   f"tracking.uri={store}", f"hydra.run.dir={tmp}/run"]
+                   f"tracking.uri={store}", f"hydra.run.dir={tmp}/run", "hydra.verbose=backtest.engine"]
         load = os.getloadavg()[0]
         log = open(f"{tmp}/out.log", "w+")  # noqa: SIM115 (closed below)
         t0 = time.perf_counter()
@@ -68,6 +76,8 @@ def run_main_job(overrides: list[str], *, timeout_s: float = 3600.0, keep: Path 
         for line in output.splitlines():
             if STAGE_SECONDS in line:
                 job.stages = json.loads(line.split(STAGE_SECONDS, 1)[1])
+            if found := STAGE_PEAK.search(line):
+                job.stage_peaks_gib[found[1]] = float(found[2])
         if proc.returncode == 0:
             _read_back(job, store)
         return job

@@ -252,3 +252,29 @@ def test_top_k_selection_uses_only_data_before_the_first_decision(tiny_panel) ->
     )
     assert len(res.feature_names) == 3
     assert set(res.importance.columns) <= set(res.feature_names)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="resident memory is read from /proc (Linux)")
+def test_each_stage_logs_the_peak_resident_memory_so_far(caplog: pytest.LogCaptureFixture) -> None:
+    """release_freed_memory logs the process's peak so far and what stays resident: a 200 MB block held
+    through one stage is in that stage's resident figure and under the peak, and once freed the next
+    line's resident figure drops back by it."""
+    import logging
+    import re
+
+    def figures() -> tuple[float, float]:
+        found = re.search(r"peak so far ([\d.]+) GiB resident; ([\d.]+) GiB after it", caplog.messages[-1])
+        assert found, caplog.messages
+        return float(found[1]), float(found[2])
+
+    with caplog.at_level(logging.DEBUG, logger="backtest.engine"):
+        engine.release_freed_memory("before")
+        peak0, _ = figures()
+        block = np.ones(200 * 2**20 // 8)  # touched: resident
+        engine.release_freed_memory("holding")
+        assert caplog.messages[-1].startswith("memory: holding done")
+        _, held = figures()
+        del block
+        engine.release_freed_memory("after")
+        peak2, now2 = figures()
+    assert peak2 >= max(peak0, held) and held - now2 > 0.15  # about 0.195 GiB handed back
