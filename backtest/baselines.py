@@ -80,7 +80,7 @@ def _day_index(dates: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True, eq=False)
 class RankedPanel:
     """Each feature's and the label's cross-sectional percentile rank per day, centred at 0, on the
-    feature matrix rows ``start:stop`` (whole days).
+    feature matrix rows ``start:stop`` (whole days; :meth:`rank`).
 
     ``X`` is float32 (rows x features) aligned with those rows, NaN replaced by 0 (the median); ``y``
     the label's centred rank, NaN where the label is unknown; ``day`` each row's day index (0 = the
@@ -96,12 +96,11 @@ class RankedPanel:
     start: int = 0
 
     @classmethod
-    def of(cls, matrix: FeatureMatrix, fwd_return: pd.Series, start: int = 0,
-           stop: int | None = None) -> RankedPanel:
-        """Rank the rows ``start:stop`` of ``matrix`` (each the first row of a day, or the end)."""
+    def of(cls, matrix: FeatureMatrix, fwd_return: pd.Series, start: int = 0) -> RankedPanel:
+        """Rank the rows ``start:`` of ``matrix`` (``start``: the first row of a day)."""
         fwd = fwd_return.reindex(matrix.index).to_numpy(dtype=np.float64)
         return cls.rank(matrix.values, fwd, matrix.index.get_level_values(0).values, tuple(matrix.names),
-                        start, len(fwd) if stop is None else stop)
+                        start, len(fwd))
 
     @classmethod
     def rank(cls, values: np.ndarray, fwd: np.ndarray, dates: np.ndarray, names: tuple[str, ...], start: int,
