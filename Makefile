@@ -37,7 +37,7 @@ test-gpu: $(STAMP)
 	$(PY) -m pytest -m "gpu" -q
 
 ## Benchmarks (on demand; each prints ratios measured in one process). `make bench BENCH=features` runs one.
-BENCH ?= synthetic features labels_splits portfolio tushare tracking lambdarank transformer backtest
+BENCH ?= synthetic features labels_splits portfolio tushare tracking lambdarank baselines transformer backtest
 bench: $(STAMP)
 	for b in $(BENCH); do echo "== $$b"; $(PY) benchmarks/bench_$$b.py || exit 1; done
 
