@@ -281,7 +281,7 @@ def compute_features(panel: pd.DataFrame, plan: FeaturePlan, rows: Rows = "eligi
                 if column.transform == "raw":
                     sink.write(value32)
                 else:  # transforms see exactly the stored raw values
-                    sink.write(transforms[column.transform](value32.astype(np.float64)))
+                    sink.write(transforms[column.transform](value32))
                 written.append(column.name)
         del wide
     sink.flush()

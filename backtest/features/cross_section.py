@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from backtest.features.rolling import kernel
+
 
 @dataclass(frozen=True)
 class DailyCrossSection:
@@ -45,11 +47,6 @@ class DailyCrossSection:
     width: int
     #: flat position of each eligible row in the (day x slot) padded matrix used for ranking
     cell: np.ndarray
-    #: per padded cell: the flat index where its day's row starts, the sort key of an empty cell
-    #: (sorts last, points at a spare output slot), and its 1-based position in the day's row
-    row_start: np.ndarray
-    empty_key: np.ndarray
-    position: np.ndarray
     #: days with at least one eligible row, the index of their first eligible row, and their counts
     busy_days: np.ndarray
     busy_starts: np.ndarray
@@ -67,20 +64,16 @@ class DailyCrossSection:
         starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
         slot = np.arange(len(members)) - starts[mday]
         width = int(counts.max()) if len(counts) else 0
-        row_start = np.repeat(np.arange(n_days, dtype=np.intp) * width, width)
-        empty_key = np.full(n_days * width, (0xFFFFFFFF << 32) | len(members), dtype=np.uint64)
-        position = np.tile(np.arange(1, width + 1, dtype=np.float64), (n_days, 1))  # 1-based, per day row
         busy = np.flatnonzero(counts)
-        return cls(len(day), members, mday, slot, n_days, width, mday * width + slot, row_start, empty_key,
-                   position, busy, starts[busy], counts[busy])
+        return cls(len(day), members, mday, slot, n_days, width, mday * width + slot, busy, starts[busy],
+                   counts[busy])
 
-    def _take(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        v = np.asarray(values, dtype=np.float64)
+    def _take(self, values: np.ndarray, dtype: type = np.float64) -> np.ndarray:
+        """The eligible rows' values as a contiguous array of ``dtype`` (``values`` itself when it is one)."""
+        v = np.asarray(values)
         if v.shape != (self.n_rows,):
             raise ValueError(f"expected {self.n_rows} values aligned with the rows, got shape {v.shape}")
-        if len(self.members) != self.n_rows:
-            v = v[self.members]
-        return v, ~np.isnan(v)
+        return np.ascontiguousarray(v[self.members] if len(self.members) != self.n_rows else v, dtype=dtype)
 
     def _scatter(self, member_values: np.ndarray) -> np.ndarray:
         if len(self.members) == self.n_rows:  # every row is eligible
@@ -94,76 +87,32 @@ class DailyCrossSection:
 
         Values are ranked at float32 precision (the precision features are stored with).
         """
-        v, ok = self._take(values)
-        n_days, width = self.n_days, self.width
-        if not n_days * width:
-            return self._scatter(np.full(len(v), np.nan))
-        n_valid = np.zeros(n_days)
-        n_valid[self.busy_days] = np.add.reduceat(ok.astype(np.float64), self.busy_starts)
-        # Sort keys: (order-preserving bits of the float32 value, row number) packed in one uint64, so
-        # that a SIMD integer sort of each day replaces an argsort; NaN values and empty cells sort last.
-        bits = v.astype(np.float32)
-        bits += np.float32(0.0)  # -0.0 -> +0.0 so that equal values tie
-        bits = bits.view(np.uint32)
-        flip = bits >> np.uint32(31)
-        np.negative(flip, out=flip)  # 0xFFFFFFFF for negative values, 0 otherwise
-        flip |= np.uint32(0x80000000)
-        bits ^= flip  # negative: all bits flipped; positive: sign bit set
-        bits[~ok] = np.uint32(0xFFFFFFFF)
-        key = bits.astype(np.uint64)
-        key <<= np.uint64(32)
-        key |= np.arange(len(v), dtype=np.uint64)
-        packed = self.empty_key.copy()
-        packed[self.cell] = key
-        packed.reshape(n_days, width).sort(axis=1)
-        srt = packed >> np.uint64(32)
-        # 1-based position in the sorted day = rank; equal keys (ties) share the average of their positions
-        with np.errstate(invalid="ignore", divide="ignore"):
-            pct_sorted = self.position / n_valid[:, None]
-            tie = np.empty(srt.shape, dtype=bool)
-            tie[0] = False
-            np.equal(srt[1:], srt[:-1], out=tie[1:])
-            tie[::width] = False  # a day starts afresh
-            tie &= srt != np.uint64(0xFFFFFFFF)  # NaNs and empty cells are not ranked
-            if tie.any():  # fix only the days that have ties (few for continuous features)
-                days = np.unique(np.flatnonzero(tie) // width)
-                pct_sorted[days] = _average_positions(srt.reshape(n_days, width)[days]) / n_valid[days, None]
-        out = np.empty(len(v) + 1)  # the last slot absorbs the empty cells
-        packed &= np.uint64(0xFFFFFFFF)
-        out[packed.astype(np.intp)] = pct_sorted.ravel()
-        out = out[:-1]
-        out[~ok] = np.nan
-        return self._scatter(out)
+        value32 = self._take(values, np.float32)
+        if not self.n_days * self.width:
+            return self._scatter(np.full(len(value32), np.nan))
+        # One uint64 key per cell of the (day x slot) matrix: the order-preserving bits of the float32
+        # value above the row number, so that numpy's SIMD integer sort of each day replaces an argsort;
+        # NaN values and empty cells sort last.
+        keys = _rank_keys(value32.view(np.uint32), self.cell, self.n_days * self.width)
+        keys.reshape(self.n_days, self.width).sort(axis=1)
+        return self._scatter(_ranks_of_sorted(keys.reshape(self.n_days, self.width), len(value32)))
 
     def zscore(self, values: np.ndarray) -> np.ndarray:
         """(x - daily mean) / daily population std over the eligible non-NaN values, NaN elsewhere."""
-        v, ok = self._take(values)
+        v = self._take(values)
         if not len(self.busy_days):
             return self._scatter(np.full(len(v), np.nan))
-        all_ok = bool(ok.all())
-        x = v if all_ok else np.where(ok, v, 0.0)
         # each day's eligible values are contiguous (code order): segment sums, no other stock involved
-        n = self.busy_counts.astype(np.float64) if all_ok else np.add.reduceat(ok.astype(np.float64), self.busy_starts)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean = np.add.reduceat(x, self.busy_starts) / n
-            dev = v - np.repeat(mean, self.busy_counts)
-            sq = dev * dev
-            if not all_ok:
-                sq[~ok] = 0.0
-            std = np.sqrt(np.add.reduceat(sq, self.busy_starts) / n)
-            bad = (n < 2) | (std <= 1e-12 * np.maximum(np.abs(mean), 1e-300))
-            std[bad] = np.nan
-            z = dev / np.repeat(std, self.busy_counts)
-        return self._scatter(z)
+        return self._scatter(_zscore_kernel(v, self.busy_starts, self.busy_counts))
 
     def industry_neutral(self, values: np.ndarray, industry: np.ndarray) -> np.ndarray:
         """Z-score of the value minus its (day, industry) mean over eligible stocks.
 
         ``industry`` : int array aligned with the rows, -1 where unknown (such rows get NaN).
         """
-        v, ok = self._take(values)
+        v = self._take(values)
         ind = np.asarray(industry)[self.members]
-        ok &= ind >= 0
+        ok = ~np.isnan(v) & (ind >= 0)
         resid = np.full(v.shape, np.nan)
         if ok.any():
             _, g = np.unique(ind[ok], return_inverse=True)
@@ -174,18 +123,47 @@ class DailyCrossSection:
         return self._scatter(_grouped_zscore(resid, ok, self.day, self.n_days))
 
 
-def _average_positions(keys: np.ndarray) -> np.ndarray:
-    """1-based positions of sorted rows of keys, with equal keys given the average of their positions."""
-    k, width = keys.shape
-    flat = keys.ravel()
-    new_run = np.ones(flat.shape, dtype=bool)
-    new_run[1:] = flat[1:] != flat[:-1]
-    new_run[::width] = True
-    starts = np.flatnonzero(new_run)
-    ends = np.append(starts[1:], flat.size) - 1
-    row_start = (starts // width) * width
-    mid = (starts + ends - 2 * row_start + 2) / 2.0
-    return mid[np.cumsum(new_run) - 1].reshape(k, width)
+_NAN_KEY = np.uint32(0xFFFFFFFF)  # the key of a NaN value (the high half of an empty cell's key too)
+
+
+@kernel
+def _rank_keys(bits: np.ndarray, cell: np.ndarray, n_cells: int) -> np.ndarray:
+    """The sort keys of the padded (day x slot) matrix from the float32 bits of the eligible values."""
+    keys = np.full(n_cells, (np.uint64(_NAN_KEY) << np.uint64(32)) | np.uint64(len(bits)))
+    for i in range(len(bits)):  # branch-free, so that the loop vectorises
+        b = bits[i]
+        nan = (b & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+        b = np.uint32(0) if b == np.uint32(0x80000000) else b  # -0.0 ties with +0.0
+        # negative values: all bits flipped; positive ones: the sign bit set
+        b ^= (np.uint32(0) - (b >> np.uint32(31))) | np.uint32(0x80000000)
+        b = _NAN_KEY if nan else b
+        keys[cell[i]] = (np.uint64(b) << np.uint64(32)) | np.uint64(i)
+    return keys
+
+
+@kernel
+def _ranks_of_sorted(keys: np.ndarray, n: int) -> np.ndarray:
+    """Percentile ranks of ``n`` values from their keys sorted within each day row; equal keys share the
+    average of their 1-based positions, NaN values get NaN."""
+    out = np.empty(n + 1)  # the last slot absorbs the empty cells
+    n_days, width = keys.shape
+    for d in range(n_days):
+        row = keys[d]
+        valid = 0
+        while valid < width and (row[valid] >> np.uint64(32)) != _NAN_KEY:
+            valid += 1
+        p = 0
+        while p < valid:  # positions p..q hold equal values
+            q = p
+            while q + 1 < valid and (row[q + 1] >> np.uint64(32)) == (row[p] >> np.uint64(32)):
+                q += 1
+            pct = ((p + q + 2) / 2.0) / valid
+            for r in range(p, q + 1):
+                out[row[r] & np.uint64(0xFFFFFFFF)] = pct
+            p = q + 1
+        for r in range(valid, width):
+            out[row[r] & np.uint64(0xFFFFFFFF)] = np.nan
+    return out[:n]
 
 
 def _grouped_zscore(v: np.ndarray, ok: np.ndarray, day: np.ndarray, n_days: int) -> np.ndarray:
@@ -200,6 +178,30 @@ def _grouped_zscore(v: np.ndarray, ok: np.ndarray, day: np.ndarray, n_days: int)
     z[(n[d] < 2) | (std[d] <= 1e-12 * np.maximum(np.abs(mean[d]), 1e-300))] = np.nan
     out[ok] = z
     return out
+
+
+@kernel
+def _zscore_kernel(v: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Daily z-scores of the contiguous day segments of ``v``; each sum runs over the day in code order."""
+    z = np.empty(len(v))
+    for d in range(len(starts)):
+        a, c = starts[d], counts[d]
+        n, total = 0, 0.0
+        for i in range(a, a + c):
+            if not np.isnan(v[i]):
+                n += 1
+                total += v[i]
+        mean = total / n
+        squares = 0.0
+        for i in range(a, a + c):
+            if not np.isnan(v[i]):
+                squares += (v[i] - mean) * (v[i] - mean)
+        std = np.sqrt(squares / n)
+        if n < 2 or std <= 1e-12 * max(abs(mean), 1e-300):
+            std = np.nan
+        for i in range(a, a + c):
+            z[i] = (v[i] - mean) / std
+    return z
 
 
 def peer_mean(values: np.ndarray, groups: np.ndarray, members: np.ndarray) -> np.ndarray:

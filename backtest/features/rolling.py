@@ -12,12 +12,19 @@ Two implementation rules keep the feature audit exact (``backtest.features.audit
 depend on other columns (so adding or removing stocks cannot change a stock's values by a rounding
 error), and every accumulation runs forward in time in a fixed order (so cutting the panel after day D
 reproduces the values up to D bit for bit).
+
+The loops are compiled with numba (``kernel``): each walks the rows forward in time with the stocks in
+the inner loop, so a window statistic is one pass over contiguous memory.
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
-from scipy.signal import lfilter
+
+#: compiles a loop kernel of the feature layer (cached on disk beside the module; numpy's float
+#: semantics: x / 0 is inf or NaN, not an exception)
+kernel = numba.njit(cache=True, nogil=True, error_model="numpy")
 
 
 def lag(x: np.ndarray, periods: int) -> np.ndarray:
@@ -59,14 +66,6 @@ def forward_fill(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _finite_and_zeroed(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(valid mask, x with invalid cells set to 0); non-finite values count as missing."""
-    valid = np.isfinite(x)
-    zeroed = x.copy()
-    np.copyto(zeroed, 0.0, where=~valid)
-    return valid, zeroed
-
-
 def _window_count(valid: np.ndarray, window: int) -> np.ndarray:
     """Number of valid rows among the last ``window`` rows, per cell (int32)."""
     n = valid.shape[0]
@@ -80,36 +79,68 @@ def _window_count(valid: np.ndarray, window: int) -> np.ndarray:
     return out
 
 
-def _window_total(zeroed: np.ndarray, window: int) -> np.ndarray:
-    total = running_total(zeroed)
-    out = np.empty_like(total)
-    out[:window] = total[:window]
-    np.subtract(total[window:], total[:-window], out=out[window:])
+@kernel
+def _window_total(x: np.ndarray, window: int, min_periods: int, mean: bool) -> np.ndarray:
+    """Sum (or mean) of the finite values among the last ``window`` rows, NaN below ``min_periods``.
+
+    The sum is a difference of running totals: ``T[t] - T[t - window]``, ``T[t] = T[t-1] + x[t]``.
+    """
+    n, m = x.shape
+    out = np.empty((n, m))
+    total = np.zeros(m)
+    count = np.zeros(m, dtype=np.int64)
+    # the running totals of the last ``window`` rows; row t % window holds T[t - window] until row t
+    past_total = np.zeros((window, m))
+    past_count = np.zeros((window, m), dtype=np.int64)
+    for t in range(n):
+        r = t % window
+        for j in range(m):
+            v = x[t, j]
+            ok = np.isfinite(v)
+            if t == 0:
+                s = v if ok else 0.0
+                c = 1 if ok else 0
+            else:
+                s = total[j] + (v if ok else 0.0)
+                c = count[j] + (1 if ok else 0)
+            total[j] = s
+            count[j] = c
+            if t >= window:
+                win, k = s - past_total[r, j], c - past_count[r, j]
+            else:
+                win, k = s, c
+            past_total[r, j] = s
+            past_count[r, j] = c
+            if k < min_periods:
+                out[t, j] = np.nan
+            elif mean:
+                out[t, j] = win / k
+            else:
+                out[t, j] = win
     return out
 
 
 def rolling_sum(x: np.ndarray, window: int, min_periods: int | None = None) -> np.ndarray:
     """Sum over the last ``window`` rows of the valid observations (NaN below ``min_periods``)."""
     _check_window(window, min_periods)
-    valid, zeroed = _finite_and_zeroed(x)
-    out = _window_total(zeroed, window)
-    out[_window_count(valid, window) < (window if min_periods is None else min_periods)] = np.nan
-    return out
+    return _window_total(_rows(x), window, window if min_periods is None else min_periods, False)
 
 
 def rolling_mean(x: np.ndarray, window: int, min_periods: int | None = None) -> np.ndarray:
     """Mean over the last ``window`` rows of the valid observations (NaN below ``min_periods``)."""
     _check_window(window, min_periods)
-    valid, zeroed = _finite_and_zeroed(x)
-    total = _window_total(zeroed, window)
-    count = _window_count(valid, window)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = np.divide(total, count, out=total)
-    out[count < (window if min_periods is None else min_periods)] = np.nan
-    return out
+    return _window_total(_rows(x), window, window if min_periods is None else min_periods, True)
 
 
-_CHUNK_CELLS = 1 << 16  # rows are processed in blocks of about this many cells (cache-sized)
+def _rows(x: np.ndarray) -> np.ndarray:
+    """``x`` as the C-ordered float64 (dates x codes) matrix the kernels walk."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    if x.ndim != 2:
+        raise ValueError(f"expected a (dates x codes) matrix, got shape {x.shape}")
+    return x
+
+
+_DEVIATION_KINDS = {"sq": 0, "cube": 1, "abs": 2, "cross": 3}
 
 
 def _deviation_sum(
@@ -125,42 +156,35 @@ def _deviation_sum(
     ``kind``: ``"sq"`` sum (x - c)^2, ``"cube"`` sum (x - c)^3, ``"abs"`` sum |x - c|, ``"cross"``
     sum (x - c)(y - c_y). Rows where ``x`` (or ``y``) is NaN contribute 0. Two-pass, so a flat window
     gives an exact 0 (a cumulative-sum shortcut would leave rounding noise there). Lags are added in a
-    fixed order for every cell; rows are processed in cache-sized blocks.
+    fixed order for every cell, the newest first.
     """
+    x = _rows(x)
+    both = y is not None
+    y = _rows(y) if both else x
+    return _deviation_kernel(x, _rows(center), y, _rows(center_y) if both else x, window, _DEVIATION_KINDS[kind], both)
+
+
+@kernel
+def _deviation_kernel(x, center, y, center_y, window, kind, both):  # noqa: ANN001, ANN202 (numba types)
     n, m = x.shape
-    valid = np.isfinite(x) if y is None else np.isfinite(x) & np.isfinite(y)
-    weight = valid.astype(np.float64)
-    # rows [p, q) are all valid iff gaps[q] == gaps[p]: there the weights (all 1) need not be applied
-    gaps = np.concatenate([[0], np.cumsum(~valid.all(axis=1))])
-    x0 = x.copy()
-    np.copyto(x0, 0.0, where=~valid)
-    y0 = None
-    if y is not None:
-        y0 = y.copy()
-        np.copyto(y0, 0.0, where=~valid)
-    acc = np.zeros_like(x, dtype=np.float64)
-    step = max(1, _CHUNK_CELLS // max(m, 1))
-    tmp = np.empty((step, m))
-    tmp_y = np.empty((step, m)) if y0 is not None else None
-    for a in range(0, n, step):
-        b = min(n, a + step)
-        for k in range(min(window, b)):
-            lo = max(a, k)
-            t = tmp[: b - lo]
-            np.subtract(x0[lo - k : b - k], center[lo:b], out=t)
-            if gaps[b - k] != gaps[lo - k]:
-                np.multiply(t, weight[lo - k : b - k], out=t)  # invalid observations contribute 0
-            if kind == "sq":
-                np.multiply(t, t, out=t)
-            elif kind == "cube":
-                np.power(t, 3, out=t)
-            elif kind == "abs":
-                np.abs(t, out=t)
-            else:
-                ty = tmp_y[: b - lo]  # type: ignore[index]
-                np.subtract(y0[lo - k : b - k], center_y[lo:b], out=ty)  # type: ignore[index]
-                np.multiply(t, ty, out=t)
-            np.add(acc[lo:b], t, out=acc[lo:b])
+    acc = np.zeros((n, m))
+    for t in range(n):
+        for k in range(min(window, t + 1)):
+            s = t - k
+            for j in range(m):
+                v = x[s, j]
+                w = y[s, j]
+                ok = np.isfinite(v) and (not both or np.isfinite(w))
+                d = ((v if ok else 0.0) - center[t, j]) * (1.0 if ok else 0.0)  # invalid rows add 0
+                if kind == 0:
+                    d = d * d
+                elif kind == 1:
+                    d = d * d * d
+                elif kind == 2:
+                    d = abs(d)
+                else:
+                    d = d * ((w if ok else 0.0) - center_y[t, j])
+                acc[t, j] += d
     return acc
 
 
@@ -182,9 +206,9 @@ def rolling_std(
         mean = rolling_mean(x, window, 1) if mean is None else mean
         squares = _deviation_sum(x, mean, window, "sq")
     else:
-        _, zeroed = _finite_and_zeroed(x)
-        total = _window_total(zeroed, window)
-        squares = _window_total(zeroed * zeroed, window)
+        x = _rows(x)
+        total = _window_total(x, window, 0, False)  # non-finite values (and squares) add 0
+        squares = _window_total(x * x, window, 0, False)
         with np.errstate(invalid="ignore", divide="ignore"):
             squares -= total * total / count
         np.maximum(squares, 0.0, out=squares)
@@ -268,35 +292,38 @@ def rolling_corr(x: np.ndarray, y: np.ndarray, window: int, min_periods: int | N
     return out
 
 
-def _rolling_extreme(x: np.ndarray, window: int, min_periods: int | None, op: np.ufunc, fill: float) -> np.ndarray:
-    """Trailing max/min by doubling spans: log2(window) passes instead of ``window``."""
-    _check_window(window, min_periods)
-    valid = np.isfinite(x)
-    out = x.copy()
-    np.copyto(out, fill, where=~valid)
-    spare = np.empty_like(out)
-    span = 1
-    while span * 2 <= window:  # out[t] = extreme over [t - span + 1, t]
-        spare[:span] = out[:span]
-        op(out[span:], out[:-span], out=spare[span:])
-        out, spare, span = spare, out, span * 2
-    if span < window:  # cover [t - window + 1, t] with two overlapping power-of-two spans
-        rest = window - span
-        spare[:rest] = out[:rest]
-        op(out[rest:], out[:-rest], out=spare[rest:])
-        out = spare
-    out[_window_count(valid, window) < (window if min_periods is None else min_periods)] = np.nan
+@kernel
+def _rolling_extreme(x: np.ndarray, window: int, min_periods: int, largest: bool) -> np.ndarray:
+    """Largest (or smallest) finite value among the last ``window`` rows; NaN below ``min_periods``."""
+    n, m = x.shape
+    out = np.empty((n, m))
+    best = np.empty(m)
+    count = np.zeros(m, dtype=np.int64)
+    for t in range(n):
+        best[:] = -np.inf if largest else np.inf
+        count[:] = 0
+        for s in range(max(0, t - window + 1), t + 1):
+            for j in range(m):
+                v = x[s, j]
+                if np.isfinite(v):
+                    count[j] += 1
+                    if (v > best[j]) if largest else (v < best[j]):
+                        best[j] = v
+        for j in range(m):
+            out[t, j] = best[j] if count[j] >= min_periods else np.nan
     return out
 
 
 def rolling_max(x: np.ndarray, window: int, min_periods: int | None = None) -> np.ndarray:
     """Largest valid value over the last ``window`` rows."""
-    return _rolling_extreme(x, window, min_periods, np.maximum, -np.inf)
+    _check_window(window, min_periods)
+    return _rolling_extreme(_rows(x), window, window if min_periods is None else min_periods, True)
 
 
 def rolling_min(x: np.ndarray, window: int, min_periods: int | None = None) -> np.ndarray:
     """Smallest valid value over the last ``window`` rows."""
-    return _rolling_extreme(x, window, min_periods, np.minimum, np.inf)
+    _check_window(window, min_periods)
+    return _rolling_extreme(_rows(x), window, window if min_periods is None else min_periods, False)
 
 
 def ewm_mean(x: np.ndarray, alpha: float, min_periods: int = 1) -> np.ndarray:
@@ -312,21 +339,36 @@ def ewm_mean(x: np.ndarray, alpha: float, min_periods: int = 1) -> np.ndarray:
     """
     if not 0.0 < alpha <= 1.0:
         raise ValueError(f"ewm_mean: alpha must be in (0, 1], got {alpha}")
+    return _ewm_kernel(_rows(x), alpha, max(min_periods, 1))
+
+
+@kernel
+def _ewm_kernel(x: np.ndarray, alpha: float, min_periods: int) -> np.ndarray:
+    # The first-order recursion of scipy's ``lfilter([alpha], [1, alpha - 1])`` (the same products and
+    # sums), entered with the column's first valid value on every row before it and carried over
+    # interior NaNs by the last valid input.
     n, m = x.shape
-    valid = ~np.isnan(x)
-    gaps = n > 1 and bool((valid[:-1] & ~valid[1:]).any())
-    # first valid row of each column (without gaps the valid rows are a suffix: count them)
-    first = np.where(valid.any(axis=0), valid.argmax(axis=0), n) if gaps else n - np.count_nonzero(valid, axis=0)
-    filled = forward_fill(x) if gaps else x.copy()
-    x0 = filled[np.minimum(first, n - 1), np.arange(m)] if n else np.zeros(m)
-    x0[np.isnan(x0)] = 0.0
-    for j in np.flatnonzero(first > 0).tolist():  # start the recursion at the first value (few columns)
-        filled[: first[j], j] = x0[j]
-    zi = ((1.0 - alpha) * x0)[None, :]
-    out, _ = lfilter([alpha], [1.0, -(1.0 - alpha)], filled, axis=0, zi=zi)
-    stop = first + max(min_periods, 1) - 1
-    for j in np.flatnonzero(stop > 0).tolist():
-        out[: stop[j], j] = np.nan
+    beta = 1.0 - alpha
+    out = np.empty((n, m))
+    first = np.full(m, n)  # the first valid row of each column
+    for j in range(m):
+        for t in range(n):
+            if not np.isnan(x[t, j]):
+                first[j] = t
+                break
+    state = np.empty(m)
+    last = np.empty(m)
+    for j in range(m):
+        last[j] = x[first[j], j] if first[j] < n else 0.0
+        state[j] = beta * last[j]
+    for t in range(n):
+        for j in range(m):
+            v = x[t, j]
+            if not np.isnan(v):
+                last[j] = v
+            y = last[j] * alpha + state[j]
+            state[j] = y * beta
+            out[t, j] = y if t >= first[j] + min_periods - 1 else np.nan
     return out
 
 

@@ -78,6 +78,15 @@ def test_ewm_matches_pandas_on_gap_free_series(x, alpha, mp):
 
 
 @settings(max_examples=60, deadline=None)
+@given(series(), st.floats(0.05, 1.0), st.integers(1, 10))
+def test_ewm_carries_the_last_input_over_interior_gaps(x, alpha, mp):
+    # a suspended day's input is the last valid one; the result is that of the forward-filled series
+    np.testing.assert_array_equal(R.ewm_mean(x, alpha, mp), R.ewm_mean(R.forward_fill(x), alpha, mp))
+    alone = [R.ewm_mean(x[:, [j]], alpha, mp)[:, 0] for j in range(x.shape[1])]  # no other stock involved
+    np.testing.assert_array_equal(R.ewm_mean(x, alpha, mp), np.column_stack(alone))
+
+
+@settings(max_examples=60, deadline=None)
 @given(series())
 def test_forward_fill_and_lag_match_pandas(x):
     np.testing.assert_array_equal(R.forward_fill(x), pd.DataFrame(x).ffill())
