@@ -127,7 +127,7 @@ def main() -> None:
 
     # 1. full build
     spec = FeatureSetSpec()
-    t_build, matrix = timed(lambda: build_features(panel, spec, data_fingerprint="bench"))
+    t_build, matrix = timed(lambda: build_features(panel, spec, data_fingerprint="bench"), repeat=3)
     mb = matrix.nbytes / 2**20
     rows.append(("features=all build", f"{t_build:.2f} s",
                  f"{matrix.shape[1]} cols x {matrix.shape[0]:,} rows, {mb:.0f} MB", "<= 30 s"))
@@ -204,9 +204,12 @@ def main() -> None:
     # 5. audit
     dates = panel.index.get_level_values(0).unique()
     cutoffs = [dates[-480], dates[-240], dates[-10]]
-    t_audit, report = timed(lambda: audit_features(panel, spec, cutoffs))
+    t_audit, report = timed(lambda: audit_features(panel, spec, cutoffs), repeat=3)
+    # the audit's floor: each cutoff builds every row (eligible or not) of warm-up + horizon days, then
+    # of the warm-up days again, where the full build has the eligible rows of the whole history
     rows.append(("audit, 3 cutoffs", f"{t_audit:.2f} s",
-                 f"passed={report.passed}; {t_audit / 3 / t_build:.1%} of a full build per cutoff",
+                 f"passed={report.passed}; {t_audit / 3 / t_build:.1%} of a full build per cutoff, building "
+                 f"{report.rows_built / 3 / len(matrix.values):.1%} of its rows per cutoff",
                  "< 10% per cutoff"))
 
     # 6. memory

@@ -101,6 +101,8 @@ class AuditReport:
     findings : one per (feature, cutoff) that changed.
     n_features : feature columns checked.
     n_values_compared : values compared over all cutoffs.
+    rows_built : panel rows the audit's builds computed, reference and truncated builds together (what
+        its time grows with).
     seconds : wall time of the audit.
     covered : situation of :data:`SITUATIONS` -> the first cutoff checked in that position.
     uncovered : situations the panel holds on some day but no checked cutoff was in (none in the period
@@ -114,6 +116,7 @@ class AuditReport:
     n_features: int
     n_values_compared: int
     seconds: float
+    rows_built: int = 0
     covered: Mapping[str, pd.Timestamp] = field(default_factory=dict)
     uncovered: tuple[str, ...] = ()
     absent: tuple[str, ...] = ()
@@ -216,7 +219,7 @@ def audit_features(
 
     checked: list[pd.Timestamp] = []
     findings: list[AuditFinding] = []
-    compared = 0
+    compared = built = 0
     for group in cutoff_groups(sorted(positions)):
         # One reference build serves every cutoff of the group; each truncated build shares its start.
         start = max(0, group[0] - warmup)
@@ -224,9 +227,11 @@ def audit_features(
         lo = int(np.searchsorted(row_dates, dates[start], side="left"))
         hi = int(np.searchsorted(row_dates, dates[end], side="right"))
         reference, _ = compute_features(panel.iloc[lo:hi], plan, rows="all")
+        built += hi - lo
         for p in group:
             mid = int(np.searchsorted(row_dates, dates[p], side="right"))
             truncated, _ = compute_features(panel.iloc[lo:mid], plan, rows="all")
+            built += mid - lo
             ref = reference[: mid - lo]
             cutoff_day = pd.Timestamp(dates[p])
             checked.append(cutoff_day)
@@ -256,6 +261,7 @@ def audit_features(
         n_features=len(plan.columns),
         n_values_compared=compared,
         seconds=time.perf_counter() - started,
+        rows_built=built,
         covered=covered,
         uncovered=tuple(name for name in SITUATIONS if held[name] and name not in covered),
         absent=tuple(name for name in SITUATIONS if not held[name]),

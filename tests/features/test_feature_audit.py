@@ -59,6 +59,19 @@ def test_audit_passes_every_registered_feature(panel, cutoffs):
     assert "passed" in cheap.summary()
 
 
+def test_audit_counts_the_rows_its_two_builds_compute(panel):
+    """One cutoff: the reference build's rows (warm-up, the cutoff day, the horizon) plus the truncated
+    build's (warm-up and the cutoff day), counted from the panel's dates."""
+    days = panel.index.get_level_values(0)
+    unique = days.unique()
+    p = 90
+    report = audit_features(panel, EVERYTHING, [unique[p]], warmup=30, horizon=7)
+    reference = int(((days >= unique[p - 30]) & (days <= unique[p + 7])).sum())
+    truncated = int(((days >= unique[p - 30]) & (days <= unique[p])).sum())
+    assert report.rows_built == reference + truncated
+    assert report.n_values_compared == truncated * report.n_features
+
+
 def test_audit_passes_on_the_synthetic_market(tiny_panel):
     report = audit_features(tiny_panel, EVERYTHING)
     assert report.passed and len(report.cutoffs) >= 3 and report.uncovered == ()
