@@ -13,7 +13,7 @@ Times are medians of ``REPEAT`` (5) runs in one process (the machine is shared).
    "build" is the whole panel -> float32 matrix path (input preparation and output included);
 3. cross-sectional percentile ranks of those 20 columns vs pandas ``groupby(date).rank(pct=True)``
    (target >= 8x; values must be identical);
-4. feature cache: store, then load (target <= 2 s);
+4. feature cache: store, then a cold load, read from disk (target <= 2 s), and a warm one;
 5. look-ahead audit with 3 cutoffs vs the full build (target well under 10% per cutoff);
 6. peak traced memory of the full build vs the float32 matrix (target <= 3x).
 """
@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import tempfile
 import time
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -62,6 +64,19 @@ def timed(fn, repeat: int = 1):
         out = fn()
         times.append(time.perf_counter() - t0)
     return float(np.median(times)), out
+
+
+def drop_from_page_cache(directory: Path) -> None:
+    """Write the files under ``directory`` to disk and drop their pages from the OS page cache, so that
+    the next read comes from the disk."""
+    for path in directory.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
 
 
 def pandas_twenty(long: pd.DataFrame) -> pd.DataFrame:
@@ -186,19 +201,25 @@ def main() -> None:
                  f"pandas groupby(date).rank: {t_pdrank:.2f} s, identical: {identical}",
                  f"{t_pdrank / t_rank:.1f}x (>= 8x)"))
 
-    # 4. cache: the first load after the store reads the file from disk when the large write pushed it
-    #    out of the page cache (as on the project machine), the repeat reads it from memory
+    # 4. cache: a cold hit reads the entry from disk (its pages are dropped from the page cache first),
+    #    a warm one from memory
     with tempfile.TemporaryDirectory() as tmp:
         cache = FeatureCache(tmp)
         t_store, _ = timed(lambda m=matrix: cache.store(m, spec))  # the full matrix of section 1
-        t_hit, (loaded, hit) = timed(lambda: load_or_build_features(panel, spec, cache, data_fingerprint="bench"))
+
+        def cold_hit():
+            drop_from_page_cache(Path(tmp))
+            return load_or_build_features(panel, spec, cache, data_fingerprint="bench")
+
+        t_hit, (loaded, hit) = timed(cold_hit, repeat=3)
         same = np.array_equal(loaded.values, matrix.values, equal_nan=True)
         del loaded
-        t_hit2, (loaded, _) = timed(lambda: load_or_build_features(panel, spec, cache, data_fingerprint="bench"))
+        t_hit2, (loaded, _) = timed(lambda: load_or_build_features(panel, spec, cache, data_fingerprint="bench"),
+                                    repeat=3)
         size = sum(e.size_bytes for e in cache.entries()) / 2**20
         del loaded
-    rows.append(("cache hit (load)", f"{t_hit:.2f} s",
-                 f"hit={hit}, identical={same}; repeat {t_hit2:.2f} s; store {t_store:.2f} s, {size:.0f} MB",
+    rows.append(("cache hit, cold", f"{t_hit:.2f} s",
+                 f"hit={hit}, identical={same}; warm {t_hit2:.2f} s; store {t_store:.2f} s, {size:.0f} MB",
                  "<= 2 s"))
 
     # 5. audit

@@ -296,6 +296,10 @@ class BinnedPanel:
             _Rows(data), label=placeholder, reference=reference, feature_name=names, params=self.params,
             free_raw_data=not keep_raw,
         ).construct()
+        # The bins are copied into the dataset: the edges' Dataset (the first n_ref rows, binned) would
+        # otherwise stay referenced for as long as the panel lives.
+        self.dataset.reference = None
+        del reference
         self.bin_rows = n_ref
         log.info(
             "BinnedPanel: %d samples x %d features binned in %.1fs (edges from the first %d samples)",

@@ -1,4 +1,4 @@
-"""The wide (date x code) inputs of the indicators, derived once per build from the panel.
+"""The wide (date x code) inputs of the indicators, derived from the panel during a build.
 
 Suspended days and gaps
 -----------------------
@@ -22,6 +22,7 @@ other industries appear in the panel (a factorised id would change when the pane
 from __future__ import annotations
 
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable
 
 import numpy as np
@@ -35,6 +36,10 @@ from backtest.features.rolling import forward_fill, lag
 _ACTIVITY_COLUMNS = frozenset({"volume", "amount", *MONEYFLOW_COLUMNS})
 _PRICE_FIELDS = ("open", "high", "low", "close")
 _LEVEL_COLUMNS = frozenset({"total_mv", "float_mv", "up_limit", "down_limit"})
+
+#: Intermediates a MarketData keeps (the most recently used): with the indicators in plan order, 16 of
+#: the 45 that ``features=all`` derives leave two to compute again (8 ms) and hold a third of the memory.
+MEMO_ENTRIES = 16
 
 
 def industry_id(name: str) -> int:
@@ -51,8 +56,9 @@ class MarketData:
     grid : the panel's ``WideGrid``.
 
     Every matrix is shaped ``grid.shape`` = (n_dates, n_codes); cells without a panel row are NaN (False
-    for masks). The object holds memoised intermediates (returns, moving averages shared by several
-    indicators): create one per build and drop it afterwards.
+    for masks). The object memoises the intermediates that several indicators share (returns, moving
+    averages), the :data:`MEMO_ENTRIES` most recently used of them: create one per build and drop it
+    afterwards.
     """
 
     def __init__(self, panel: pd.DataFrame, grid: WideGrid) -> None:
@@ -61,7 +67,7 @@ class MarketData:
         self.columns = frozenset(panel.columns)
         #: flat (row-major) cell of each panel row; increasing for a (date, code)-sorted panel
         self.cells = grid.row_pos.astype(np.int64) * grid.shape[1] + grid.col_pos
-        self._memo: dict[str, np.ndarray] = {}
+        self._memo: OrderedDict[str, np.ndarray] = OrderedDict()
 
     def to_wide(self, values: np.ndarray | pd.Series, dtype: type = np.float64, fill: object = np.nan) -> np.ndarray:
         """Scatter a column aligned with the panel rows onto the (date x code) grid."""
@@ -187,15 +193,20 @@ class MarketData:
 
     # -- memo ------------------------------------------------------------------------------------------
     def derived(self, key: str, make: Callable[[], np.ndarray]) -> np.ndarray:
-        """Compute ``make()`` once per build under ``key`` (an intermediate shared by indicators).
+        """``make()``, kept under ``key`` while it is among the :data:`MEMO_ENTRIES` most recently used
+        intermediates (one shared by indicators); computed again, to the same bits, after that.
 
         The returned array is shared: callers must not modify it in place.
         """
-        if key not in self._memo:
-            value = make()
-            value.flags.writeable = False
-            self._memo[key] = value
-        return self._memo[key]
+        if key in self._memo:
+            self._memo.move_to_end(key)
+            return self._memo[key]
+        value = make()  # may derive (and evict) others
+        value.flags.writeable = False
+        self._memo[key] = value
+        while len(self._memo) > MEMO_ENTRIES:
+            self._memo.popitem(last=False)
+        return value
 
 
 def activity_min_periods(window: int) -> int:

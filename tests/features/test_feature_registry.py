@@ -93,3 +93,35 @@ def test_describe_indicators_lists_every_indicator():
     assert list(table.index) == default_registry().names
     assert table.loc["rsi_14", "lookback"] == 14 and table.loc["rsi_14", "inputs"] == "close"
     assert len(FeatureRegistry(())) == 0
+
+
+def test_intermediates_dropped_from_the_memo_come_back_bit_identical(panel, monkeypatch):
+    """MarketData keeps the MEMO_ENTRIES most recently used intermediates; with room for one, every
+    shared input is derived again many times, and the matrix is the same bit for bit."""
+    import backtest.features.inputs as inputs
+    from backtest.features import FeatureSetSpec
+    from backtest.features.build import compute_features
+    from backtest.features.sets import plan_features
+
+    plan = plan_features(FeatureSetSpec(name="everything", exclude=(), industry_neutral=True), default_registry(),
+                         panel.columns)
+    made: list[str] = []
+    derive = inputs.MarketData.derived
+
+    def counted(self, key, make):
+        def traced():
+            made.append(key)
+            return make()
+        out = derive(self, key, traced)
+        assert len(self._memo) <= inputs.MEMO_ENTRIES
+        return out
+
+    monkeypatch.setattr(inputs.MarketData, "derived", counted)
+    default, _ = compute_features(panel, plan, rows="all")
+    keys = len(set(made))
+    assert len(made) - keys <= 8  # the default keeps nearly everything it uses again (4 of 51 here)
+    made.clear()
+    monkeypatch.setattr(inputs, "MEMO_ENTRIES", 1)
+    tight, _ = compute_features(panel, plan, rows="all")
+    assert len(made) > 10 * keys  # derived again and again
+    assert default.tobytes() == tight.tobytes()

@@ -239,6 +239,7 @@ def test_binning_a_few_columns_at_a_time_gives_the_same_bins_and_trees(
         model.prepare(data, history_end=history_end)
         model.fit(data.take(np.flatnonzero(data.dates <= history_end)))
         ds = model.panel.dataset
+        assert ds.reference is None  # the edges' Dataset is not kept beside the bins
         assert ds.get_feature_name() == list(data.feature_names)
         built.append(([ds.feature_num_bin(i) for i in range(data.n_features)], trees(model.booster)))
     assert built[0] == built[1]
