@@ -17,15 +17,23 @@ def panel_fingerprint(panel: pd.DataFrame) -> str:
     h = hashlib.blake2b(digest_size=8)
     dates = panel.index.get_level_values(0).to_numpy().astype("datetime64[ns]").view("int64")
     h.update(dates.tobytes())
-    h.update("\x1f".join(map(str, panel.index.get_level_values(1))).encode())
+    h.update(_joined(panel.index.get_level_values(1), missing=None))
     for name in panel.columns:
         col = panel[name]
         h.update(f"\x1e{name}:{_kind(col)}".encode())
-        if isinstance(col.dtype, pd.CategoricalDtype) or col.dtype == object or pd.api.types.is_string_dtype(col):
-            h.update("\x1f".join("\x00" if pd.isna(v) else str(v) for v in col.astype(object)).encode())
+        if _kind(col) == "text":
+            h.update(_joined(col, missing="\x00"))
         else:
             h.update(np.ascontiguousarray(col.to_numpy()).tobytes())
     return h.hexdigest()
+
+
+def _joined(values: pd.Index | pd.Series, missing: str | None) -> bytes:
+    """``"\\x1f".join`` of ``str(v)`` for every value, UTF-8; a missing value is ``missing`` (None: its
+    ``str``, e.g. ``nan``). Each distinct value is converted once."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=missing is not None)
+    text = np.array([str(u) for u in uniques] + [missing], dtype=object)  # code -1 (missing) is the last
+    return "\x1f".join(text[codes].tolist()).encode()
 
 
 def _kind(col: pd.Series) -> str:

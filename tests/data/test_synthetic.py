@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -191,3 +192,34 @@ def test_regimes_alternate(default_market) -> None:
 def test_bad_synthetic_config_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="n_members"):
         SyntheticMarketConfig(n_stocks=100, n_members=100)
+
+
+def _fingerprint_value_by_value(panel: pd.DataFrame) -> str:
+    """The fingerprint's definition, one value at a time: the index, then each column's name, kind and
+    values (text joined by \\x1f with \\x00 for a missing value, numbers as their bytes)."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(panel.index.get_level_values(0).to_numpy().astype("datetime64[ns]").view("int64").tobytes())
+    h.update("\x1f".join(map(str, panel.index.get_level_values(1))).encode())
+    for name in panel.columns:
+        col = panel[name]
+        text = isinstance(col.dtype, pd.CategoricalDtype) or col.dtype == object or pd.api.types.is_string_dtype(col)
+        h.update(f"\x1e{name}:{'text' if text else col.dtype}".encode())
+        if text:
+            h.update("\x1f".join("\x00" if pd.isna(v) else str(v) for v in col.astype(object)).encode())
+        else:
+            h.update(np.ascontiguousarray(col.to_numpy()).tobytes())
+    return h.hexdigest()
+
+
+def test_the_fingerprint_is_its_value_by_value_definition(tiny_market) -> None:
+    """Text columns are encoded through their distinct values: the bytes hashed are those of the
+    definition, with missing industries, a plain object column and non-ASCII text."""
+    panel = tiny_market.panel.copy()
+    assert panel_fingerprint(panel) == _fingerprint_value_by_value(panel)
+    industry = panel["industry"].astype(object)
+    industry.iloc[::7] = None
+    panel["industry"] = industry.astype("category")
+    panel["note"] = pd.Series(["板块", None, "x"] * (len(panel) // 3) + ["y"] * (len(panel) % 3),
+                              index=panel.index, dtype=object)
+    assert panel_fingerprint(panel) == _fingerprint_value_by_value(panel)
+    assert panel_fingerprint(panel) != panel_fingerprint(tiny_market.panel)
