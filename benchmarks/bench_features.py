@@ -4,7 +4,8 @@
 
 Measured in one process, against baselines run in the same process:
 
-Times are medians of ``REPEAT`` (5) runs in one process (the machine is shared).
+The comparisons with pandas are medians of ``REPEAT`` (5) runs in one process (the machine is shared);
+the full build, the cache hits and the audit are medians of 3.
 
 1. ``features=all`` full build (target <= 30 s on 2 cores);
 2. 20 indicators: the wide-matrix implementation vs a straightforward pandas ``groupby(code)``

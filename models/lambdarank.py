@@ -299,7 +299,6 @@ class BinnedPanel:
         # The bins are copied into the dataset: the edges' Dataset (the first n_ref rows, binned) would
         # otherwise stay referenced for as long as the panel lives.
         self.dataset.reference = None
-        del reference
         self.bin_rows = n_ref
         log.info(
             "BinnedPanel: %d samples x %d features binned in %.1fs (edges from the first %d samples)",
