@@ -30,7 +30,10 @@ def panel_fingerprint(panel: pd.DataFrame) -> str:
 
 def _joined(values: pd.Index | pd.Series, missing: str | None) -> bytes:
     """``"\\x1f".join`` of ``str(v)`` for every value, UTF-8; a missing value is ``missing`` (None: its
-    ``str``, e.g. ``nan``). Each distinct value is converted once."""
+    ``str``, e.g. ``nan``). Strings and categories are converted once per distinct value; a plain object
+    column value by value (``1`` and ``1.0`` are one distinct value but two strings)."""
+    if values.dtype == object:
+        return "\x1f".join(missing if missing is not None and pd.isna(v) else str(v) for v in values).encode()
     codes, uniques = pd.factorize(values, use_na_sentinel=missing is not None)
     text = np.array([str(u) for u in uniques] + [missing], dtype=object)  # code -1 (missing) is the last
     return "\x1f".join(text[codes].tolist()).encode()

@@ -219,7 +219,7 @@ def test_the_fingerprint_is_its_value_by_value_definition(tiny_market) -> None:
     industry = panel["industry"].astype(object)
     industry.iloc[::7] = None
     panel["industry"] = industry.astype("category")
-    panel["note"] = pd.Series(["板块", None, "x"] * (len(panel) // 3) + ["y"] * (len(panel) % 3),
+    panel["note"] = pd.Series(["板块", None, 1, 1.0] * (len(panel) // 4) + ["y"] * (len(panel) % 4),
                               index=panel.index, dtype=object)
     assert panel_fingerprint(panel) == _fingerprint_value_by_value(panel)
     assert panel_fingerprint(panel) != panel_fingerprint(tiny_market.panel)
