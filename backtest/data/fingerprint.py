@@ -20,8 +20,9 @@ def panel_fingerprint(panel: pd.DataFrame) -> str:
     h.update(_joined(panel.index.get_level_values(1), missing=None))
     for name in panel.columns:
         col = panel[name]
-        h.update(f"\x1e{name}:{_kind(col)}".encode())
-        if _kind(col) == "text":
+        kind = _kind(col)
+        h.update(f"\x1e{name}:{kind}".encode())
+        if kind == "text":
             h.update(_joined(col, missing="\x00"))
         else:
             h.update(np.ascontiguousarray(col.to_numpy()).tobytes())

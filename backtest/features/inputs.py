@@ -37,8 +37,9 @@ _ACTIVITY_COLUMNS = frozenset({"volume", "amount", *MONEYFLOW_COLUMNS})
 _PRICE_FIELDS = ("open", "high", "low", "close")
 _LEVEL_COLUMNS = frozenset({"total_mv", "float_mv", "up_limit", "down_limit"})
 
-#: Intermediates a MarketData keeps (the most recently used): with the indicators in plan order, 16 of
-#: the 45 that ``features=all`` derives leave two to compute again (8 ms) and hold a third of the memory.
+#: Intermediates a MarketData keeps (the most recently used). The indicators run in plan order and
+#: rarely reach back past the last 16 intermediates, so a few are derived twice (to the same bits) and a
+#: build of ``features=all`` holds about a third of what keeping every one would.
 MEMO_ENTRIES = 16
 
 

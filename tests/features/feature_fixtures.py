@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from backtest.features import FeatureSetSpec
 from backtest.features.inputs import MarketData
 from backtest.features.registry import Indicator
 from backtest.features.rolling import lag
@@ -13,6 +14,8 @@ from backtest.features.rolling import lag
 N_DAYS = 150
 #: cutoff day positions used by the causality tests; each sits on one of the panel's awkward cases
 CUTOFF_POS = (40, 63, 78, 100, 130)
+#: every registered feature with every transform
+EVERYTHING = FeatureSetSpec(name="everything", exclude=(), industry_neutral=True)
 
 
 def make_panel(seed: int = 0, n_stocks: int = 12, n_days: int = N_DAYS) -> pd.DataFrame:

@@ -98,13 +98,13 @@ def test_describe_indicators_lists_every_indicator():
 def test_intermediates_dropped_from_the_memo_come_back_bit_identical(panel, monkeypatch):
     """MarketData keeps the MEMO_ENTRIES most recently used intermediates; with room for one, every
     shared input is derived again many times, and the matrix is the same bit for bit."""
+    from feature_fixtures import EVERYTHING
+
     import backtest.features.inputs as inputs
-    from backtest.features import FeatureSetSpec
     from backtest.features.build import compute_features
     from backtest.features.sets import plan_features
 
-    plan = plan_features(FeatureSetSpec(name="everything", exclude=(), industry_neutral=True), default_registry(),
-                         panel.columns)
+    plan = plan_features(EVERYTHING, default_registry(), panel.columns)
     made: list[str] = []
     derive = inputs.MarketData.derived
 
