@@ -4,7 +4,9 @@ label (its ``bins`` or ``three_class`` processing; a real-valued label is refuse
 Rolling speed: :class:`BinnedPanel` bins every sample of a backtest once and hands each fold a
 ``Dataset.subset`` of whole days (binning a 225k-row window costs seconds, a subset a tenth of a second);
 with ``warm_start`` a fold continues from the previous fold's booster with a few rounds, and every
-``full_refit_every``-th fold is refitted from scratch.
+``full_refit_every``-th fold is refitted from scratch. A continued fit starts from the previous booster's
+scores of the fold's rows, computed on a view of the rows where they lie (:meth:`RankingData.row_span`),
+so neither the panel nor the fold keeps or gathers raw feature rows for it.
 """
 
 from __future__ import annotations
@@ -214,6 +216,16 @@ def _rank_ic_feval(valid: RankingData) -> Callable[[np.ndarray, Any], tuple[str,
     return rank_ic
 
 
+def _continued(previous: lgb.Booster, added: lgb.Booster) -> lgb.Booster:
+    """``added`` (trees fitted from ``previous``'s scores as ``init_score``) with ``previous``'s trees in
+    front: the booster ``lgb.train(init_model=previous)`` returns, joined as it joins them
+    (``LGBM_BoosterMerge``), without it predicting the raw rows of every Dataset again."""
+    best = added.best_iteration
+    lgb.basic._safe_call(lgb.basic._LIB.LGBM_BoosterMerge(added._handle, previous._handle))
+    added.best_iteration = previous.current_iteration() + best if best else 0
+    return added
+
+
 class _Rows(lgb.Sequence):
     """A RankingData's feature rows for LightGBM, read a batch at a time: binning from it copies no
     more than a batch of a scattered ``take`` (:meth:`RankingData.feature_values`)."""
@@ -243,10 +255,7 @@ class BinnedPanel:
     params : LightGBM parameters (``LambdaRankConfig.lgb_params()``); the bins depend on ``max_bin``,
         ``min_data_in_leaf`` and the seed, so folds must train with the same parameters.
     history_end : bin edges are computed from the samples dated ``<= history_end`` only, then every
-        sample is placed into those bins.
-    keep_raw : keep the feature rows reachable from each fold's subset, as continuing a booster
-        (``init_model``) needs them to compute the subset's starting scores; without it a fold's subset
-        holds its bins only.
+        sample is placed into those bins; a fold's subset holds its bins only.
 
     Attributes
     ----------
@@ -264,7 +273,6 @@ class BinnedPanel:
 
     def __init__(
         self, data: RankingData, params: dict[str, Any], *, history_end: np.datetime64 | None = None,
-        keep_raw: bool = False,
     ) -> None:
         t0 = time.perf_counter()
         self.source = data
@@ -294,7 +302,6 @@ class BinnedPanel:
         reference = self._bin_edges(data.feature_blocks(n_ref), names)
         self.dataset = lgb.Dataset(
             _Rows(data), label=placeholder, reference=reference, feature_name=names, params=self.params,
-            free_raw_data=not keep_raw,
         ).construct()
         # The bins are copied into the dataset: the edges' Dataset (the first n_ref rows, binned) would
         # otherwise stay referenced for as long as the panel lives.
@@ -448,8 +455,7 @@ class LambdaRankRanker(RankerBase):
     def prepare(self, data: RankingData, *, history_end: np.datetime64 | None = None) -> None:
         """Bin every sample once (:class:`BinnedPanel`); later fits on data ``take``-n from ``data``
         train on subsets. Resets warm start."""
-        self.panel = BinnedPanel(data, self.config.lgb_params(), history_end=history_end,
-                                 keep_raw=self.config.warm_start)
+        self.panel = BinnedPanel(data, self.config.lgb_params(), history_end=history_end)
         self.fits_since_refit = 0
 
     def _check(self, data: RankingData, what: str, labelled: bool) -> None:
@@ -477,16 +483,37 @@ class LambdaRankRanker(RankerBase):
         if data.n_days < 1:
             raise DataContractError(f"LambdaRankRanker.{what}: no samples.")
 
-    def _dataset(self, data: RankingData, reference: lgb.Dataset | None, params: dict[str, Any]) -> lgb.Dataset:
+    def _dataset(
+        self, data: RankingData, reference: lgb.Dataset | None, params: dict[str, Any],
+        previous: lgb.Booster | None,
+    ) -> lgb.Dataset:
+        """``data`` as a training or validation Dataset; continuing ``previous``, its rows start from
+        that booster's scores (``init_score``)."""
         assert data.relevance is not None
+        init = None if previous is None else self._scores(previous, data)
         rows = self.panel.rows_of(data) if self.panel is not None else None
         if rows is not None:
             assert self.panel is not None
-            return self.panel.subset(rows, data.relevance)
+            ds = self.panel.subset(rows, data.relevance)
+            if init is not None:
+                ds.set_init_score(init)
+            return ds
         return lgb.Dataset(
             data.X, label=data.relevance.astype(np.float32), group=data.group_sizes(), reference=reference,
-            feature_name=list(data.feature_names), params=params, free_raw_data=False,
+            init_score=init, feature_name=list(data.feature_names), params=params,
         )
+
+    def _scores(self, booster: lgb.Booster, data: RankingData) -> np.ndarray:
+        """``booster``'s scores of ``data``, float64 (n_samples,), computed on the view of the rows where
+        they lie (:meth:`RankingData.row_span`) unless the rows are spread over more than twice their
+        number, then on a copy of them."""
+        span, at = data.row_span()
+        spread = len(span) > 2 * len(at)
+        scores = booster.predict(
+            data.feature_values(slice(None)) if spread else span, num_iteration=booster.best_iteration or None,
+            num_threads=self.config.num_threads,
+        )
+        return np.asarray(scores if spread else scores[at], dtype=np.float64)
 
     def fit(self, train: RankingData, valid: RankingData | None = None) -> Self:
         """Train on ``train``; early stopping on ``valid`` (purged validation tail) when given.
@@ -507,12 +534,13 @@ class LambdaRankRanker(RankerBase):
         )
         t0 = time.perf_counter()
         params = cfg.lgb_params()
-        train_ds = self._dataset(train, None, params)
+        previous = self.booster if warm else None
+        train_ds = self._dataset(train, None, params, previous)
         callbacks = []
         feval = None
         valid_sets, valid_names = [], []
         if valid is not None:
-            valid_sets, valid_names = [self._dataset(valid, train_ds, params)], ["valid"]
+            valid_sets, valid_names = [self._dataset(valid, train_ds, params, previous)], ["valid"]
             if cfg.early_stopping_rounds:
                 name = f"ndcg@{cfg.ndcg_depth}" if cfg.early_stopping_metric == "ndcg" else "rank_ic"
                 minimum = 1 if warm else cfg.min_rounds
@@ -520,11 +548,13 @@ class LambdaRankRanker(RankerBase):
             if cfg.early_stopping_metric == "rank_ic":
                 feval = _rank_ic_feval(valid)
         rounds = cfg.warm_start_rounds if warm else cfg.num_boost_round
-        init_iter = self.booster.current_iteration() if warm and self.booster is not None else 0
+        init_iter = previous.current_iteration() if previous is not None else 0
         booster = lgb.train(
             params, train_ds, num_boost_round=rounds, valid_sets=valid_sets, valid_names=valid_names,
-            init_model=self.booster if warm else None, callbacks=callbacks, feval=feval,
+            callbacks=callbacks, feval=feval,
         )
+        if previous is not None:
+            booster = _continued(previous, booster)
         self.booster = booster
         self.feature_names = train.feature_names
         self.fits_since_refit = self.fits_since_refit + 1 if warm else 1
@@ -553,10 +583,7 @@ class LambdaRankRanker(RankerBase):
         """Scores, float64 (n_samples,), aligned with ``data``; higher is better."""
         booster = self._fitted()
         self._check(data, "predict", labelled=False)
-        scores = booster.predict(
-            data.X, num_iteration=booster.best_iteration or None, num_threads=self.config.num_threads
-        )
-        return np.asarray(scores, dtype=np.float64)
+        return self._scores(booster, data)
 
     def feature_importance(self) -> dict[str, float]:
         """Total split gain per feature of the model that makes the predictions (a warm-started model

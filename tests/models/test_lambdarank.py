@@ -14,7 +14,7 @@ import pytest
 from backtest.errors import ConfigError, DataContractError
 from backtest.metrics import daily_ic, daily_ndcg, relevance_gains
 from models.base import RankingData
-from models.lambdarank import WHOLE_LIST, BinnedPanel, LambdaRankConfig, LambdaRankRanker
+from models.lambdarank import WHOLE_LIST, BinnedPanel, EarlyStopping, LambdaRankConfig, LambdaRankRanker
 
 Factory = Callable[..., tuple[RankingData, np.ndarray]]
 
@@ -325,6 +325,44 @@ def test_warm_start_continues_and_refits_on_schedule(make_ranking_data: Factory)
     assert trees_used == [30, 35, 40, 30, 35]
     test = data.take(np.arange(70 * n, 90 * n))
     assert oos_rank_ic(test, model.predict(test), label[70 * n :]).mean() > 0.2
+
+
+def test_a_warm_fit_is_lightgbms_init_model_continuation_bit_for_bit(make_ranking_data: Factory) -> None:
+    """A warm fit scores its rows with the previous booster on a view of the matrix and joins the trees
+    itself; LightGBM's own continuation (``init_model``, which predicts from gathered raw rows) must
+    give the same trees, stopping round and scores."""
+    n = 30
+    root, _ = make_ranking_data(n_days=80, n_stocks=n, signal=0.5, seed=5)
+    keep = np.ones(root.n_samples, dtype=bool)
+    keep[np.arange(7, root.n_samples, 97)] = False  # scattered rows left out, as the untradable are
+    samples = root.take(np.flatnonzero(keep))
+    starts = samples.day_starts()
+
+    def days(a: int, b: int) -> RankingData:
+        return samples.take(np.arange(starts[a], starts[b]))
+
+    cfg = LambdaRankConfig(**{**SMALL, "early_stopping_rounds": 3, "warm_start": True, "warm_start_rounds": 8})
+    model = LambdaRankRanker(cfg)
+    model.prepare(samples, history_end=samples.dates[starts[40] - 1])
+    model.fit(days(0, 40), days(43, 50))
+    first = lgb.Booster(model_str=model.booster.model_to_string())
+    train, valid, test = days(5, 45), days(48, 55), days(60, 80)
+    span, at = train.row_span()
+    assert len(at) < len(span) < 1.05 * len(at)  # the view holds the left-out rows too
+    model.fit(train, valid)
+    assert model.last_fit["kind"] == "warm"
+
+    params = cfg.lgb_params()
+    ref_train = lgb.Dataset(train.X, label=train.relevance.astype(np.float32), group=train.group_sizes(),
+                            reference=model.panel.dataset, params=params, free_raw_data=False)
+    ref_valid = lgb.Dataset(valid.X, label=valid.relevance.astype(np.float32), group=valid.group_sizes(),
+                            reference=ref_train, params=params, free_raw_data=False)
+    reference = lgb.train(params, ref_train, num_boost_round=8, valid_sets=[ref_valid], valid_names=["valid"],
+                          init_model=first, callbacks=[EarlyStopping("ndcg@5", 3, min_rounds=1)])
+    assert model.booster.current_iteration() == reference.current_iteration() > first.current_iteration()
+    assert model.booster.best_iteration == reference.best_iteration
+    assert trees(model.booster) == trees(reference)
+    np.testing.assert_array_equal(model.predict(test), reference.predict(test.X))
 
 
 def test_a_resumed_warm_start_continues_like_an_uninterrupted_one(make_ranking_data: Factory, tmp_path: Path) -> None:

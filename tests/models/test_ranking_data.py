@@ -91,12 +91,15 @@ def test_a_scattered_take_copies_x_only_when_x_is_read() -> None:
     samples = data.take(keep).with_relevance(np.zeros(len(keep), dtype=np.int64))
     train = samples.take(np.arange(100, 15_000))  # a fold's window of the samples
     blocks = train.feature_blocks()
+    span, at = train.row_span()
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert peak < data.X.nbytes / 20  # no copy of the features so far
     assert (samples.n_samples, samples.n_features) == (len(keep), 300)
     assert all(np.shares_memory(b, data.X) for b in blocks) and len(blocks) > 1  # views of the runs
     np.testing.assert_array_equal(np.vstack(blocks), data.X[keep[100:15_000]])
+    assert np.shares_memory(span, data.X) and len(span) == keep[14_999] - keep[100] + 1  # one view, gaps too
+    np.testing.assert_array_equal(span[at], data.X[keep[100:15_000]])
     np.testing.assert_array_equal(train.feature_values(np.array([0, 7, 14_899])), data.X[keep[[100, 107, 14_999]]])
     np.testing.assert_array_equal(train.rows_in(data), keep[100:15_000])
     np.testing.assert_array_equal(train.X, data.X[keep[100:15_000]])  # read: the rows are copied now
