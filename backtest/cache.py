@@ -1,4 +1,5 @@
-"""See and clear the project's caches: ``python -m backtest.cache [list|clear] [features|checkpoints|all]``.
+"""See and clear the project's caches: ``python -m backtest.cache [list|clear] [features|checkpoints|all]``,
+and fill numba's: ``python -m backtest.cache compile`` (the setup runs it).
 
 The feature cache (``.cache/features``) holds feature matrices keyed by data fingerprint, feature set and
 the feature code's fingerprint; the checkpoints (``.cache/checkpoints``) hold finished folds of backtests,
@@ -6,6 +7,12 @@ keyed by everything a fold depends on including the code fingerprint
 (:func:`backtest.provenance.code_fingerprint`), so that a killed run resumes. Every entry carries a
 checksum checked on load: a damaged one is discarded with a warning and recomputed. Both are safe to
 delete at any time; entries of older code are never read again, and ``clear`` removes them.
+
+The feature kernels are compiled by numba on their first call and kept in its on-disk cache (next to
+their source, in ``__pycache__``; numba compiles them again when the source changes). ``compile`` fills
+that cache by building every feature of a small synthetic market, which calls each kernel with the
+argument types a real build does, so that no run pays the compilation (about 3 s) or keeps the
+compiler's memory (about 0.05 GiB of peak RSS).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from backtest import PROJECT_DIR
@@ -27,15 +35,31 @@ def cache_paths(root: Path | str | None = None) -> tuple[Path, Path]:
     return root / "features", root / "checkpoints"
 
 
+def compile_kernels() -> float:
+    """Compile every feature kernel into numba's on-disk cache (see the module docstring); the seconds
+    it took (a fraction of a second when the cache is already filled)."""
+    from backtest.data.synthetic import SyntheticMarketConfig, generate_market
+    from backtest.features.build import build_features
+    from backtest.features.sets import FeatureSetSpec
+
+    t0 = time.perf_counter()
+    panel = generate_market(SyntheticMarketConfig(start="2024-01-01", end="2024-12-31", n_stocks=40, n_members=20))
+    build_features(panel, FeatureSetSpec(name="every_kernel", exclude=(), industry_neutral=True))
+    return time.perf_counter() - t0
+
+
 def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m backtest.cache", description=__doc__.split("\n")[0])
-    parser.add_argument("action", choices=["list", "clear"], nargs="?", default="list")
+    parser.add_argument("action", choices=["list", "clear", "compile"], nargs="?", default="list")
     parser.add_argument("which", choices=["features", "checkpoints", "all"], nargs="?", default="all")
     args = parser.parse_args(argv)
+    if args.action == "compile":
+        print(f"feature kernels compiled into numba's cache in {compile_kernels():.1f} s")
+        return 0
     feature_dir, checkpoints = cache_paths()
     features = FeatureCache(feature_dir)
     if args.action == "list":
