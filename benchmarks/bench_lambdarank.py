@@ -8,7 +8,7 @@
            (latent factors, heavy tails, discrete columns, 3% NaN), 750-day training window + 20-day
            validation tail: a new ``lgb.Dataset`` per fold (naive baseline) vs ``BinnedPanel.subset``
            of the panel binned once. Target >= 40x.
-2. retrain steady-state fit on the same shape: a fresh 200-round fit vs a warm start (``init_model`` =
+2. retrain steady-state fit on the same shape: a fresh 200-round fit vs a warm start (continuing
            the previous fold's booster, +40 rounds). Target >= 4x.
 3. quality on the default synthetic market (``generate_market``), simple causal price / money-flow
            features ranked per day, the project's labels and purged ``RollingSchedule`` (weekly

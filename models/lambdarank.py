@@ -518,8 +518,10 @@ class LambdaRankRanker(RankerBase):
     def fit(self, train: RankingData, valid: RankingData | None = None) -> Self:
         """Train on ``train``; early stopping on ``valid`` (purged validation tail) when given.
 
-        With ``warm_start`` the booster of the previous fit is continued (``init_model``) for
-        ``warm_start_rounds`` rounds, except on fresh fits (the first, and every ``full_refit_every``-th).
+        With ``warm_start`` the booster of the previous fit is continued for ``warm_start_rounds``
+        rounds, as ``lgb.train(init_model=...)`` continues it (its scores of the rows as ``init_score``,
+        its trees in front: :func:`_continued`), except on fresh fits (the first, and every
+        ``full_refit_every``-th).
         """
         cfg = self.config
         self._check(train, "fit(train)", labelled=True)
