@@ -41,6 +41,11 @@ LambdaRank alone on two of that machine's cores (``OMP_NUM_THREADS=2 taskset -c 
 lambdarank``): 112.9 s, 3.27 s a fold, the same rank IC; with ``--set experiment=weekly`` (97 folds, warm
 start): 576.9 s, 5.42 s a fold, rank IC +0.0509 (s.e. 0.0044).
 
+A third run, 2026-12-03, on the code of the warm-fit change (numba 0.68.0, compiled in the audit: 5.9 s):
+stock_transformer 135.7 s, 4.46 s a fold (median 2.99 s, the first 10.72 s), rank IC +0.0052 (s.e.
+0.0045), total 137.9 s; lambdarank 38.7 s, 0.82 s a fold, +0.0434 (s.e. 0.0046): the same rank ICs,
+on a host whose 16 cores were busier (load 6.3 at the end).
+
 The transformer's 25 folds took 2.25 s a fold at the median (the first 7.39 s, with CUDA initialisation;
 the longest 9.85 s, 20 epochs); engine split: audit 1.4 s, features 6.8 s, folds 85.0 s, baselines 8.8 s.
 Its rank IC is 0.034 (s.e. 0.006) below the best single factor's, and 0.038 below LambdaRank's on the
