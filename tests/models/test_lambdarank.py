@@ -363,6 +363,9 @@ def test_a_warm_fit_is_lightgbms_init_model_continuation_bit_for_bit(make_rankin
     assert model.booster.best_iteration == reference.best_iteration
     assert trees(model.booster) == trees(reference)
     np.testing.assert_array_equal(model.predict(test), reference.predict(test.X))
+    thin = samples.take(np.arange(starts[60], starts[80])[::7])  # spread over 7x its rows: scored from a copy
+    assert len(thin.row_span()[0]) > 2 * thin.n_samples
+    np.testing.assert_array_equal(model.predict(thin), reference.predict(thin.X))
 
 
 def test_a_resumed_warm_start_continues_like_an_uninterrupted_one(make_ranking_data: Factory, tmp_path: Path) -> None:
