@@ -1,7 +1,7 @@
 """The MLflow UI helpers (backtest.tracking.ui): the experiment-kind tag, the links to the latest study, the
 server's command line; marked slow: the real lean server (its process count, /health and the REST API).
 
-The browser check itself (``make ui-check``, backtest.tracking.ui_check) is not part of the suite."""
+The browser check itself (``make ui-check``, tools/ui_check.py) is not part of the suite."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from backtest.tracking.ui import (
     artifacts_destination,
     compare_url,
     experiment_url,
+    free_port,
     log_compare_images,
     plot_fold_metric,
     server_command,
@@ -196,8 +197,6 @@ def test_fold_chart_and_compare_images_land_at_the_run_root(store: Path, tmp_pat
 
 @pytest.mark.slow
 def test_the_lean_server_runs_as_two_processes_and_answers(tmp_path: Path) -> None:
-    from backtest.tracking.ui_check import free_port
-
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlruns.db'}", "served", project_dir=tmp_path)
     _sweep(tracker, "served")
     server = UiServer(tracker.uri, port=free_port(), project_dir=tmp_path, log_path=tmp_path / "server.log")

@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -234,6 +235,13 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)  # the server was started in its own session: its group id is its pid
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def free_port(host: str = UI_HOST) -> int:
+    """A TCP port that nothing listens on at ``host`` now (the system's choice), for a server of one's own."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 def _answers(url: str, timeout_s: float = 2.0) -> bool:
