@@ -23,7 +23,7 @@ run: $(STAMP)
 
 ## Lint (ruff; configured in pyproject.toml).
 lint: $(STAMP)
-	$(PY) -m ruff check backtest models tests benchmarks
+	$(PY) -m ruff check backtest models tests benchmarks tools
 
 ## Set up the environment, lint, and run the default (fast) test suite with the library's doctests.
 test: lint
@@ -74,4 +74,4 @@ team-store: $(STAMP)
 ## Look at the UI of a study in headless Chromium (by hand, not in CI; minutes); screenshots in outputs/ui-check/.
 ui-check: $(STAMP)
 	$(PY) -c 'import selenium' 2>/dev/null || $(PY) -m pip install --quiet -e '.[dev,ui]'
-	$(PY) -m backtest.tracking.ui_check $(ARGS)
+	$(PY) tools/ui_check.py $(ARGS)

@@ -24,16 +24,20 @@ from __future__ import annotations
 import math
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
+from backtest.drift import PSI_MAX_ROWS, feature_value_drift, psi_artifact, psi_by_fold
+from backtest.drift import fold_windows as windows_of_folds
 from backtest.engine import BacktestResult
 from backtest.leakage import is_comparable
 from backtest.provenance import Provenance
-from backtest.reports import DriftRun, RunEvidence, feature_value_drift, psi_by_fold, write_backtest_reports
-from backtest.reports.drift import PSI_MAX_ROWS, psi_artifact
-from backtest.reports.drift import fold_windows as windows_of_folds
+from backtest.reports import DriftRun, RunEvidence, write_backtest_reports
+from backtest.reports.files import REPORT_FILES
+from backtest.reports.plots import plot_fold_metric
 from backtest.tracking import ARTIFACTS, TrackedRun
+from backtest.tracking.layout import COMPARE_IMAGES
 from backtest.tracking.ui import log_compare_images
 
 
@@ -82,7 +86,7 @@ def record_backtest(run: TrackedRun, result: BacktestResult, *, provenance: Prov
             tearsheet=reports.tearsheet, plots=reports.plots, drift_report=reports.drift_report,
         )
         run.log_artifact(tmp, ARTIFACTS.reports)
-        log_compare_images(run, tmp if reports.plots else None, result.fold_metrics)
+        log_compare_images(run, compare_images(result, tmp if reports.plots else None, Path(tmp) / "compare"))
     tags = {
         "resumed_folds": result.resumed_folds,  # folds taken from checkpoints...
         "days_blocked": int(result.metrics.get("days_blocked", 0)),  # days the book was not the one chosen
@@ -91,6 +95,17 @@ def record_backtest(run: TrackedRun, result: BacktestResult, *, provenance: Prov
         tags["resumed_from"] = result.resumed_from  # ...made by this code fingerprint
     run.set_tags(tags)
     run.log_provenance(provenance)
+
+
+def compare_images(result: BacktestResult, reports_dir: Path | str | None, directory: Path | str) -> dict[str, Path]:
+    """The charts a compare-runs page shows side by side (keys of ``COMPARE_IMAGES``): the equity and
+    drawdown PNGs of the written report folder (None: no plots), and the per-fold rank IC drawn into
+    ``directory``."""
+    images = {name: Path(reports_dir) / REPORT_FILES[name] for name in ("equity", "drawdown")} if reports_dir else {}
+    if "rank_ic" in result.fold_metrics.columns:
+        images["fold_rank_ic"] = plot_fold_metric(result.fold_metrics, "rank_ic",
+                                                  Path(directory) / COMPARE_IMAGES["fold_rank_ic"])
+    return images
 
 
 def run_evidence(result: BacktestResult, *, run_name: str | None = None, run_id: str | None = None) -> RunEvidence:
@@ -110,7 +125,7 @@ def fold_windows(result: BacktestResult) -> pd.DataFrame:
 def fold_psi(result: BacktestResult, windows: pd.DataFrame | None = None,
              max_rows: int | None = PSI_MAX_ROWS) -> pd.DataFrame:
     """Fold x feature PSI: each fold's test days against its training window, at most ``max_rows``
-    evenly spaced rows a side (:func:`backtest.reports.drift.psi_by_fold`; ~1.5-2 s for 25 folds of 285
+    evenly spaced rows a side (:func:`backtest.drift.psi_by_fold`; ~1.5-2 s for 25 folds of 285
     features)."""
     windows = fold_windows(result) if windows is None else windows
     matrix = result.features

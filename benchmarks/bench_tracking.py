@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from backtest.reports.drift import feature_value_drift
+from backtest.drift import feature_value_drift
 from backtest.reports.tearsheet import fallback_html, write_tearsheet
 from backtest.tracking import Tracker
 

@@ -1,7 +1,7 @@
 """The MLflow UI helpers (backtest.tracking.ui): the experiment-kind tag, the links to the latest study, the
 server's command line; marked slow: the real lean server (its process count, /health and the REST API).
 
-The browser check itself (``make ui-check``, backtest.tracking.ui_check) is not part of the suite."""
+The browser check itself (``make ui-check``, tools/ui_check.py) is not part of the suite."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from backtest.errors import ConfigError
+from backtest.reports.plots import plot_fold_metric
 from backtest.tracking import Tracker, prepare_store
 from backtest.tracking.store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
 from backtest.tracking.ui import (
@@ -25,8 +26,8 @@ from backtest.tracking.ui import (
     artifacts_destination,
     compare_url,
     experiment_url,
+    free_port,
     log_compare_images,
-    plot_fold_metric,
     server_command,
     server_env,
     ui_links,
@@ -170,18 +171,15 @@ def test_server_command_is_local_lean_and_on_the_project_store(tmp_path: Path) -
 # -- images for the compare view -------------------------------------------------------------------
 
 
-def test_fold_chart_and_compare_images_land_at_the_run_root(store: Path, tmp_path: Path) -> None:
+def test_compare_images_land_at_the_run_root(store: Path, tmp_path: Path) -> None:
     png = plot_fold_metric(_fold_metrics().reset_index(), "rank_ic", tmp_path / "charts" / "fold.png")
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    with pytest.raises(ConfigError, match="no column 'sharpe'"):
-        plot_fold_metric(_fold_metrics(), "sharpe", tmp_path / "x.png")
-
     reports = tmp_path / "reports"
     reports.mkdir()
-    (reports / "equity.png").write_bytes(png.read_bytes())  # drawdown.png missing: skipped
+    (reports / "equity.png").write_bytes(png.read_bytes())
+    images = {"equity": reports / "equity.png", "drawdown": reports / "drawdown.png", "fold_rank_ic": png}
     tracker = Tracker(_uri(store), "images", project_dir=store)
     with tracker.start_run("images") as run:
-        logged = log_compare_images(run, reports, _fold_metrics())
+        logged = log_compare_images(run, images)  # drawdown.png missing: skipped
         run.log_image(png, "charts/fold.png", key="fold/rank_ic", step=2)
     assert logged == [COMPARE_IMAGES["equity"], COMPARE_IMAGES["fold_rank_ic"]]
     files = run.list_artifacts()
@@ -196,8 +194,6 @@ def test_fold_chart_and_compare_images_land_at_the_run_root(store: Path, tmp_pat
 
 @pytest.mark.slow
 def test_the_lean_server_runs_as_two_processes_and_answers(tmp_path: Path) -> None:
-    from backtest.tracking.ui_check import free_port
-
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlruns.db'}", "served", project_dir=tmp_path)
     _sweep(tracker, "served")
     server = UiServer(tracker.uri, port=free_port(), project_dir=tmp_path, log_path=tmp_path / "server.log")

@@ -1,10 +1,12 @@
-"""Report artifacts of a backtest. Every function writes only to the path or folder it is given.
+"""Report artifacts of a backtest: pictures and pages, built from numbers computed elsewhere (the
+metrics, :mod:`backtest.drift`). Every function writes only to the path or folder it is given.
 
 - :mod:`~backtest.reports.tearsheet`: quantstats HTML tearsheet vs the equal-weight benchmark, opened by
   the run's robustness block (:class:`RunEvidence`).
-- :mod:`~backtest.reports.plots`: equity-curve and drawdown PNGs.
-- :mod:`~backtest.reports.drift`: feature-importance drift across folds, feature value drift (PSI, KS)
-  per fold, with heatmaps and flags.
+- :mod:`~backtest.reports.plots`: the house chart style (:func:`~backtest.reports.plots.new_figure`),
+  equity-curve, drawdown and per-fold metric PNGs.
+- :mod:`~backtest.reports.drift`: the drift report page (feature-importance drift across folds, feature
+  value drift, PSI per fold, with flags), with the heatmaps of :mod:`~backtest.reports.drift_charts`.
 - :mod:`~backtest.reports.returns`: the daily-returns contract the three share.
 
 :func:`write_backtest_reports` writes them all into one folder, ready for
@@ -20,18 +22,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from backtest.reports.drift import (
-    DriftRun,
-    ImportanceDrift,
-    feature_value_drift,
-    fold_windows,
-    importance_drift,
-    population_stability_index,
-    psi_by_fold,
-    write_drift_report,
-)
+from backtest.reports.drift import DriftRun, write_drift_report
 from backtest.reports.files import REPORT_FILES, STUDY_REPORT_FILES
-from backtest.reports.plots import plot_drawdown, plot_equity_curve
+from backtest.reports.plots import plot_drawdown, plot_equity_curve, plot_fold_metric
 from backtest.reports.tearsheet import RunEvidence, Tearsheet, tearsheet_metrics, write_tearsheet
 
 logger = logging.getLogger(__name__)
@@ -40,16 +33,11 @@ __all__ = [
     "REPORT_FILES",
     "STUDY_REPORT_FILES",
     "DriftRun",
-    "ImportanceDrift",
     "RunEvidence",
     "Tearsheet",
-    "feature_value_drift",
-    "fold_windows",
-    "importance_drift",
     "plot_drawdown",
     "plot_equity_curve",
-    "population_stability_index",
-    "psi_by_fold",
+    "plot_fold_metric",
     "tearsheet_metrics",
     "write_backtest_reports",
     "write_drift_report",
@@ -84,8 +72,8 @@ def write_backtest_reports(
     title : tearsheet and plot title.
     importance : fold x feature gain, for the importance drift; None skips it.
     periods : period label per fold (default: the year of a dated fold index).
-    value_drift : :func:`feature_value_drift` output; None skips it.
-    fold_psi : :func:`psi_by_fold` output (fold x feature); None skips the per-fold PSI part.
+    value_drift : :func:`backtest.drift.feature_value_drift` output; None skips it.
+    fold_psi : :func:`backtest.drift.psi_by_fold` output (fold x feature); None skips the per-fold PSI part.
     evidence : the run's robustness metrics and guard verdicts, for the tearsheet's opening block.
     drift_run : the run's name, id and fold windows, for the drift report's header and PSI labels.
     tearsheet, plots, drift_report : which reports to write (the ``tracking`` config's switches).

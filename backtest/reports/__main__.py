@@ -32,8 +32,9 @@ from pathlib import Path
 import pandas as pd
 
 from backtest import PROJECT_DIR
+from backtest.drift import read_psi_artifact
 from backtest.errors import BacktestError
-from backtest.reports.drift import DriftRun, read_psi_artifact, write_drift_report
+from backtest.reports.drift import DriftRun, write_drift_report
 
 logger = logging.getLogger(__name__)
 

@@ -1,13 +1,23 @@
-"""Equity-curve and drawdown plots of a backtest, as PNG files.
+"""Charts of a backtest as PNG files, and the one house style every chart in ``reports/`` is drawn in.
 
 Figures are built with :class:`matplotlib.figure.Figure` directly (Agg canvas, no pyplot): nothing
 global is touched, nothing stays open, and the font is pinned to DejaVu Sans (bundled with matplotlib)
-so that an rcParams change by another library (quantstats sets Arial) cannot flood the log.
+so that an rcParams change by another library (quantstats sets Arial) cannot flood the log. Every chart
+starts from :func:`new_figure` (line and bar charts in :data:`CHART_STYLE`, heatmaps in
+:data:`HEATMAP_STYLE`) and ends with :func:`save_png`; the study report's charts
+(:mod:`backtest.reports.study`) and the drift heatmaps (:mod:`backtest.reports.drift_charts`) do too.
+
+- :func:`plot_equity_curve`, :func:`plot_drawdown`: a run's wealth and drawdown against equal weight;
+- :func:`plot_fold_metric`: one per-fold metric as bars (the ``fold_rank_ic.png`` that MLflow's
+  compare-runs page shows side by side; tracking logs the file, it does not draw it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from types import MappingProxyType
 
 import matplotlib
 import pandas as pd
@@ -15,11 +25,46 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter, StrMethodFormatter
 
+from backtest.errors import ConfigError
 from backtest.reports.returns import check_daily_returns, drawdown_curve, wealth_curve
 
-_STYLE = {"font.family": "DejaVu Sans", "axes.grid": True, "grid.alpha": 0.3}
-_STRATEGY_COLOR = "#1f4e9c"
-_BENCHMARK_COLOR = "#8c8c8c"
+#: The font of every chart: bundled with matplotlib, so it is found everywhere without a lookup.
+FONT_FAMILY = "DejaVu Sans"
+#: Line and bar charts: a light grid.
+CHART_STYLE: Mapping[str, object] = MappingProxyType(
+    {"font.family": FONT_FAMILY, "axes.grid": True, "grid.alpha": 0.3})
+#: Heatmaps: no grid over the cells, small type for many rows.
+HEATMAP_STYLE: Mapping[str, object] = MappingProxyType({"font.family": FONT_FAMILY, "font.size": 8})
+#: Resolution of every chart.
+DPI = 100
+STRATEGY_COLOR = "#1f4e9c"
+BENCHMARK_COLOR = "#8c8c8c"
+_NEGATIVE_COLOR = "#c0392b"
+
+
+@contextmanager
+def new_figure(figsize: tuple[float, float], *, dpi: int = DPI,
+               style: Mapping[str, object] = CHART_STYLE) -> Iterator[Figure]:
+    """A figure on its own Agg canvas, drawn inside ``style`` (rcParams restored on exit).
+
+    Draw and save inside the ``with`` block: the style applies to what is drawn there.
+
+    >>> with new_figure((4, 3)) as figure:
+    ...     figure.add_subplot().get_xgridlines()[0].get_visible(), figure.dpi
+    (True, 100)
+    """
+    with matplotlib.rc_context(dict(style)):
+        figure = Figure(figsize=figsize, dpi=dpi)
+        FigureCanvasAgg(figure)
+        yield figure
+
+
+def save_png(figure: Figure, path: Path | str) -> Path:
+    """Write ``figure`` as a PNG at ``path`` (its folder is created); returns ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, format="png")
+    return path
 
 
 def plot_equity_curve(
@@ -29,7 +74,7 @@ def plot_equity_curve(
     *,
     log_scale: bool = False,
     title: str = "Equity curve",
-    dpi: int = 100,
+    dpi: int = DPI,
 ) -> Path:
     """Plot the compounded wealth of the strategy and of the equal-weight benchmark.
 
@@ -48,12 +93,10 @@ def plot_equity_curve(
     """
     strategy, bench = check_daily_returns(returns, benchmark, where="equity curve plot")
     assert bench is not None
-    with matplotlib.rc_context(_STYLE):
-        figure = Figure(figsize=(10, 5), dpi=dpi)
-        FigureCanvasAgg(figure)
+    with new_figure((10, 5), dpi=dpi) as figure:
         axes = figure.add_subplot()
-        axes.plot(wealth_curve(strategy), color=_STRATEGY_COLOR, linewidth=1.4, label="Strategy")
-        axes.plot(wealth_curve(bench), color=_BENCHMARK_COLOR, linewidth=1.2, label="Equal weight")
+        axes.plot(wealth_curve(strategy), color=STRATEGY_COLOR, linewidth=1.4, label="Strategy")
+        axes.plot(wealth_curve(bench), color=BENCHMARK_COLOR, linewidth=1.2, label="Equal weight")
         axes.axhline(1.0, color="black", linewidth=0.6)
         if log_scale:
             axes.set_yscale("log")
@@ -64,7 +107,7 @@ def plot_equity_curve(
         axes.legend(loc="upper left")
         figure.autofmt_xdate()
         figure.tight_layout()
-        return _save(figure, path)
+        return save_png(figure, path)
 
 
 def plot_drawdown(
@@ -73,7 +116,7 @@ def plot_drawdown(
     path: Path | str,
     *,
     title: str = "Drawdown",
-    dpi: int = 100,
+    dpi: int = DPI,
 ) -> Path:
     """Plot the drawdown from the running peak (starting capital included) of strategy and benchmark.
 
@@ -92,25 +135,57 @@ def plot_drawdown(
     strategy, bench = check_daily_returns(returns, benchmark, where="drawdown plot")
     assert bench is not None
     strategy_dd = drawdown_curve(strategy)
-    with matplotlib.rc_context(_STYLE):
-        figure = Figure(figsize=(10, 4), dpi=dpi)
-        FigureCanvasAgg(figure)
+    with new_figure((10, 4), dpi=dpi) as figure:
         axes = figure.add_subplot()
         axes.fill_between(
-            strategy_dd.index, strategy_dd.to_numpy(), 0.0, color=_STRATEGY_COLOR, alpha=0.35, label="Strategy"
+            strategy_dd.index, strategy_dd.to_numpy(), 0.0, color=STRATEGY_COLOR, alpha=0.35, label="Strategy"
         )
-        axes.plot(drawdown_curve(bench), color=_BENCHMARK_COLOR, linewidth=1.0, label="Equal weight")
+        axes.plot(drawdown_curve(bench), color=BENCHMARK_COLOR, linewidth=1.0, label="Equal weight")
         axes.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
         axes.set_ylabel("Drawdown")
         axes.set_title(f"{title} (strategy max {strategy_dd.min():.1%})")
         axes.legend(loc="lower left")
         figure.autofmt_xdate()
         figure.tight_layout()
-        return _save(figure, path)
+        return save_png(figure, path)
 
 
-def _save(figure: Figure, path: Path | str) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, format="png")
-    return path
+def plot_fold_metric(fold_metrics: pd.DataFrame, column: str, path: Path | str, *, title: str | None = None,
+                     dpi: int = DPI) -> Path:
+    """A bar chart of one per-fold metric (e.g. ``rank_ic``), fold by fold, with its mean.
+
+    Parameters
+    ----------
+    fold_metrics : one row per fold, indexed by fold number (or with a ``fold`` column): the result's
+        ``fold_metrics`` / the ``data/fold_metrics.csv`` artifact.
+    column : the metric to draw.
+    path : the PNG file to write (its folder is created).
+    title : figure title; default ``"<column> per fold"``.
+
+    Returns
+    -------
+    Path : ``path``.
+
+    Raises
+    ------
+    ConfigError : ``column`` is not a column of ``fold_metrics``.
+    """
+    frame = fold_metrics.set_index("fold") if "fold" in fold_metrics.columns else fold_metrics
+    if column not in frame.columns:
+        raise ConfigError(f"plot_fold_metric: no column {column!r}; columns: {', '.join(map(str, frame.columns))}")
+    values = pd.to_numeric(frame[column], errors="coerce")
+    folds = [str(fold) for fold in frame.index]
+    colors = [STRATEGY_COLOR if value >= 0 else _NEGATIVE_COLOR for value in values.fillna(0.0)]
+    with new_figure((8, 4), dpi=dpi) as figure:
+        axes = figure.add_subplot()
+        axes.bar(folds, values.fillna(0.0).to_numpy(), color=colors)
+        axes.axhline(0.0, color="black", linewidth=0.6)
+        if values.notna().any():
+            mean = float(values.mean())
+            axes.axhline(mean, color=BENCHMARK_COLOR, linestyle="--", linewidth=1.0, label=f"mean {mean:+.4f}")
+            axes.legend(loc="best")
+        axes.set_xlabel("fold")
+        axes.set_ylabel(column)
+        axes.set_title(title or f"{column} per fold")
+        figure.tight_layout()
+        return save_png(figure, path)

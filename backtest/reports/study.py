@@ -33,15 +33,13 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from backtest import metrics as m
 from backtest.errors import DataContractError, preview
 from backtest.metrics import paired_sharpe_difference
 from backtest.reports.drift import markdown_table
 from backtest.reports.files import STUDY_REPORT_FILES
-from backtest.reports.plots import _BENCHMARK_COLOR, _STYLE, _save
+from backtest.reports.plots import BENCHMARK_COLOR, new_figure, save_png
 from backtest.reports.returns import wealth_curve
 
 logger = logging.getLogger(__name__)
@@ -686,15 +684,13 @@ def trial_colors(names: list[str]) -> dict[str, str]:
     grey (:data:`BENCHMARK_COLUMN`)."""
     palette = matplotlib.colormaps["tab10"].colors
     colors = {name: matplotlib.colors.to_hex(palette[i % len(palette)]) for i, name in enumerate(names)}
-    colors[BENCHMARK_COLUMN] = _BENCHMARK_COLOR
+    colors[BENCHMARK_COLUMN] = BENCHMARK_COLOR
     return colors
 
 
 def _plot_equity(report: StudyReport, path: Path) -> Path:
     colors = trial_colors(report.trial_names)
-    with matplotlib.rc_context(_STYLE):
-        figure = Figure(figsize=(10, 5), dpi=100)
-        FigureCanvasAgg(figure)
+    with new_figure((10, 5)) as figure:
         axes = figure.add_subplot()
         for name in report.returns.columns:
             is_bench = name == BENCHMARK_COLUMN
@@ -711,7 +707,7 @@ def _plot_equity(report: StudyReport, path: Path) -> Path:
         axes.legend(loc="upper left", fontsize="small", ncol=2 if len(colors) > 6 else 1)
         figure.autofmt_xdate()
         figure.tight_layout()
-        return _save(figure, path)
+        return save_png(figure, path)
 
 
 def _plot_pbo(report: StudyReport, pbo: PBOResult, path: Path) -> Path:
@@ -722,9 +718,7 @@ def _plot_pbo(report: StudyReport, pbo: PBOResult, path: Path) -> Path:
     edges = np.r_[values[0] - step / 2.0, mids, values[-1] + step / 2.0]
     shown = [i for i in range(len(pbo.trials)) if (pbo.selected == i).any()]
     annual = np.sqrt(m.PERIODS_PER_YEAR)
-    with matplotlib.rc_context(_STYLE):
-        figure = Figure(figsize=(11, 4.5), dpi=100)
-        FigureCanvasAgg(figure)
+    with new_figure((11, 4.5)) as figure:
         left, right = figure.subplots(1, 2)
         left.hist(
             [pbo.logits[pbo.selected == i] for i in shown],
@@ -757,7 +751,7 @@ def _plot_pbo(report: StudyReport, pbo: PBOResult, path: Path) -> Path:
         right.set_ylabel("its out-of-sample Sharpe")
         right.set_title(f"Performance degradation (P[OOS loss] = {pbo.prob_oos_loss:.2f})")
         figure.tight_layout()
-        return _save(figure, path)
+        return save_png(figure, path)
 
 
 def _reading(report: StudyReport) -> str:

@@ -35,7 +35,7 @@ class RunArtifacts:
     feature_importance: str = "data/feature_importance.csv"  # fold x feature gain
     baseline_choices: str = "data/baseline_choices.csv"  # per fold: the best factor, its sign, training IC
     # fold x feature PSI of each fold's test days against its training window; index columns fold,
-    # train_start, train_end, test_start, test_end (backtest.reports.drift.psi_by_fold / fold_windows)
+    # train_start, train_end, test_start, test_end (backtest.drift.psi_by_fold / fold_windows)
     feature_psi: str = "data/feature_psi.csv"
     leakage_records: str = "guards/leakage_records.json"  # one LeakageRecord per fold
     feature_audit: str = "guards/feature_audit.json"  # the look-ahead audit's verdict and offenders

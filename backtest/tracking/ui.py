@@ -22,7 +22,8 @@ The compare-runs page ("Artifacts" section) lists only the **files at the root**
 artifact trees (folders are skipped) that **every** compared run has, and renders images among them. A
 chart meant for comparing runs is therefore logged at the root under the same name in every run
 (:data:`backtest.tracking.layout.COMPARE_IMAGES`, :func:`log_compare_images`, which
-:func:`backtest.record.record_backtest` calls for every run); the copies under ``reports/`` stay where the reports
+:func:`backtest.record.record_backtest` calls for every run with the charts of
+:mod:`backtest.reports.plots`); the copies under ``reports/`` stay where the reports
 are. Keyed images (:meth:`backtest.tracking.TrackedRun.log_image` with ``key=``, stored as
 ``images/<key>+step+...``) are drawn as image grids by the experiment's chart view instead.
 """
@@ -34,6 +35,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -44,8 +46,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 from urllib.parse import quote, urlsplit
-
-import pandas as pd
 
 from backtest import PROJECT_DIR
 from backtest.errors import ConfigError, TrackingError
@@ -236,6 +236,13 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         pass
 
 
+def free_port(host: str = UI_HOST) -> int:
+    """A TCP port that nothing listens on at ``host`` now (the system's choice), for a server of one's own."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
 def _answers(url: str, timeout_s: float = 2.0) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (local http)
@@ -411,81 +418,21 @@ def ui_links(uri: str, experiment: str, base_url: str) -> UiLinks:
     return UiLinks(base_url, experiment, found.experiment_id, latest_study(client, found.experiment_id))
 
 
-# -- charts for the compare view -------------------------------------------------------------------
+# -- images for the compare view ------------------------------------------------------------------
 
 
-def plot_fold_metric(fold_metrics: pd.DataFrame, column: str, path: Path | str, *, title: str | None = None,
-                     dpi: int = 100) -> Path:
-    """A bar chart of one per-fold metric (e.g. ``rank_ic``), fold by fold, with its mean.
+def log_compare_images(run: object, images: Mapping[str, Path | str]) -> list[str]:
+    """Log the charts a compare-runs page shows side by side at the root of ``run`` (a
+    :class:`~backtest.tracking.TrackedRun`), under their :data:`COMPARE_IMAGES` names.
 
-    Parameters
-    ----------
-    fold_metrics : one row per fold, indexed by fold number (or with a ``fold`` column): the result's
-        ``fold_metrics`` / the ``data/fold_metrics.csv`` artifact.
-    column : the metric to draw.
-    path : the PNG file to write (its folder is created).
-    title : figure title; default ``"<column> per fold"``.
-
-    Returns
-    -------
-    Path : ``path``.
-
-    Raises
-    ------
-    ConfigError : ``column`` is not a column of ``fold_metrics``.
-    """
-    import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    frame = fold_metrics.set_index("fold") if "fold" in fold_metrics.columns else fold_metrics
-    if column not in frame.columns:
-        raise ConfigError(f"plot_fold_metric: no column {column!r}; columns: {', '.join(map(str, frame.columns))}")
-    values = pd.to_numeric(frame[column], errors="coerce")
-    folds = [str(fold) for fold in frame.index]
-    colors = ["#1f4e9c" if value >= 0 else "#c0392b" for value in values.fillna(0.0)]
-    with matplotlib.rc_context({"font.family": "DejaVu Sans", "axes.grid": True, "grid.alpha": 0.3}):
-        figure = Figure(figsize=(8, 4), dpi=dpi)
-        FigureCanvasAgg(figure)
-        axes = figure.add_subplot()
-        axes.bar(folds, values.fillna(0.0).to_numpy(), color=colors)
-        axes.axhline(0.0, color="black", linewidth=0.6)
-        if values.notna().any():
-            mean = float(values.mean())
-            axes.axhline(mean, color="#8c8c8c", linestyle="--", linewidth=1.0, label=f"mean {mean:+.4f}")
-            axes.legend(loc="best")
-        axes.set_xlabel("fold")
-        axes.set_ylabel(column)
-        axes.set_title(title or f"{column} per fold")
-        figure.tight_layout()
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(path, format="png")
-    return path
-
-
-def log_compare_images(run: object, reports_dir: Path | str | None = None,
-                       fold_metrics: pd.DataFrame | None = None, *, fold_column: str = "rank_ic") -> list[str]:
-    """Log the charts a compare-runs page shows side by side, at the root of ``run`` (a
-    :class:`~backtest.tracking.TrackedRun`): ``equity.png`` and ``drawdown.png`` copied from the written
-    report folder (when there), and ``fold_rank_ic.png`` drawn from ``fold_metrics``. Returns the
-    artifact paths logged."""
-    import tempfile
-
-    from backtest.reports.files import REPORT_FILES
-
+    ``images`` maps a key of :data:`COMPARE_IMAGES` (``equity``, ``drawdown``, ``fold_rank_ic``; another
+    key ``name`` is logged as ``name.png``) to a PNG already drawn (by :mod:`backtest.reports.plots`);
+    a file that is not there is skipped. Returns the artifact paths logged, in the order given."""
     logged = []
-    if reports_dir is not None:
-        for name in ("equity", "drawdown"):
-            source = Path(reports_dir) / REPORT_FILES[name]
-            if source.is_file():
-                run.log_image(source, COMPARE_IMAGES[name])  # type: ignore[attr-defined]
-                logged.append(COMPARE_IMAGES[name])
-    if fold_metrics is not None and fold_column in fold_metrics.columns:
-        with tempfile.TemporaryDirectory(prefix="rankbacktest-ui-") as tmp:
-            name = "fold_rank_ic" if fold_column == "rank_ic" else f"fold_{fold_column}"
+    for name, source in images.items():
+        if Path(source).is_file():
             target = COMPARE_IMAGES.get(name, f"{name}.png")
-            run.log_image(plot_fold_metric(fold_metrics, fold_column, Path(tmp) / target), target)  # type: ignore[attr-defined]
+            run.log_image(source, target)  # type: ignore[attr-defined]
             logged.append(target)
     return logged
 

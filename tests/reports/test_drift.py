@@ -1,4 +1,5 @@
-"""Drift: PSI and KS of feature values, importance drift across folds."""
+"""Drift: PSI and KS of feature values, importance drift across folds (backtest.drift), their heatmaps and
+the report page (backtest.reports.drift_charts, backtest.reports.drift)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,14 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from backtest.errors import DataContractError
-from backtest.reports.drift import (
+from backtest.drift import (
     PSI_EPS,
     PSI_SIGNIFICANT,
-    DriftRun,
     evenly_spaced,
     feature_value_drift,
     fold_windows,
     importance_drift,
     importance_jumps,
-    plot_importance_rank_heatmap,
-    plot_psi_heatmap,
     population_stability_index,
     psi_artifact,
     psi_bin_edges,
@@ -30,8 +27,10 @@ from backtest.reports.drift import (
     psi_flags,
     psi_per_column,
     read_psi_artifact,
-    write_drift_report,
 )
+from backtest.errors import DataContractError
+from backtest.reports.drift import DriftRun, write_drift_report
+from backtest.reports.drift_charts import plot_importance_rank_heatmap, plot_psi_heatmap
 
 # --------------------------------------------------------------------------------------------------
 # PSI

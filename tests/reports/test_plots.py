@@ -1,4 +1,5 @@
-"""Equity-curve and drawdown PNGs, and the wealth / drawdown series behind them."""
+"""Equity-curve, drawdown and per-fold metric PNGs, the wealth / drawdown series behind them, and the one
+chart style."""
 
 from __future__ import annotations
 
@@ -9,8 +10,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from backtest.errors import ConfigError
 from backtest.reports import write_backtest_reports
-from backtest.reports.plots import plot_drawdown, plot_equity_curve
+from backtest.reports.plots import (
+    CHART_STYLE,
+    HEATMAP_STYLE,
+    new_figure,
+    plot_drawdown,
+    plot_equity_curve,
+    plot_fold_metric,
+)
 from backtest.reports.returns import drawdown_curve, wealth_curve
 
 DATES = pd.bdate_range("2024-01-01", periods=4)
@@ -45,12 +54,31 @@ def test_drawdown_png(tmp_path: Path) -> None:
     assert matplotlib.image.imread(path).shape == (200, 500, 4)
 
 
+def test_fold_metric_png(tmp_path: Path) -> None:
+    fold_metrics = pd.DataFrame({"fold": [0, 1, 2], "rank_ic": [0.02, -0.01, float("nan")]})
+    path = plot_fold_metric(fold_metrics, "rank_ic", tmp_path / "charts" / "fold.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert matplotlib.image.imread(path).shape == (400, 800, 4)  # 8 x 4 inches at 100 dpi
+    with pytest.raises(ConfigError, match="no column 'sharpe'"):
+        plot_fold_metric(fold_metrics, "sharpe", tmp_path / "x.png")
+
+
+def test_every_chart_style_pins_the_font_and_restores_rcparams() -> None:
+    before = dict(matplotlib.rcParams)
+    for style in (CHART_STYLE, HEATMAP_STYLE):
+        assert style["font.family"] == "DejaVu Sans"
+        with new_figure((2, 2), style=style):
+            assert matplotlib.rcParams["font.family"] == ["DejaVu Sans"]
+    assert dict(matplotlib.rcParams) == before
+
+
 def test_plots_leave_no_pyplot_figure_open(tmp_path: Path) -> None:
     import matplotlib.pyplot as plt
 
     before = plt.get_fignums()
     plot_equity_curve(STRATEGY, BENCHMARK, tmp_path / "e.png")
     plot_drawdown(STRATEGY, BENCHMARK, tmp_path / "d.png")
+    plot_fold_metric(pd.DataFrame({"rank_ic": [0.1, -0.1]}), "rank_ic", tmp_path / "f.png")
     assert plt.get_fignums() == before
 
 

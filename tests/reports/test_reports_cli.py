@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 
 from backtest.data.fingerprint import panel_fingerprint
+from backtest.drift import population_stability_index, read_psi_artifact
 from backtest.engine import EngineOptions, run_backtest
 from backtest.features.sets import FeatureSetSpec
 from backtest.labels import LabelSpec
 from backtest.portfolio import PortfolioSpec
 from backtest.record import ReportChoice, fold_windows, record_backtest
 from backtest.reports.__main__ import main
-from backtest.reports.drift import population_stability_index, read_psi_artifact
 from backtest.splits import RollingSchedule
 from backtest.tracking import ARTIFACTS, Provenance, Tracker
 from models.lambdarank import LambdaRankConfig, LambdaRankRanker

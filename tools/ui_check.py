@@ -23,7 +23,9 @@ chromium, chromium-driver and the libraries this machine lacks). Selenium comes 
 (``pip install -e '.[ui]'``). What cannot be had is said, with how to get it, and the check exits 2; a
 failed check exits 1.
 
-Not part of the test suite (it needs a browser and minutes); run it by hand: ``make ui-check``.
+Not part of the test suite (it needs a browser and minutes), nor of the installed package (it downloads
+Debian packages): run it by hand from a checkout, ``make ui-check`` (``.venv/bin/python tools/ui_check.py
+[--uri URI] [--out DIR] [--port N]``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,7 @@ from backtest.tracking.ui import (
     FOLD_METRIC,
     UiLinks,
     UiServer,
+    free_port,
     run_url,
     ui_links,
 )
@@ -206,12 +208,6 @@ def make_tiny_store(folder: Path) -> str:
     return uri
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 # -- the pages -------------------------------------------------------------------------------------
 
 
@@ -345,7 +341,7 @@ def check_pages(driver, links: UiLinks, out: Path, tearsheet_run: str) -> list[s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m backtest.tracking.ui_check", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="tools/ui_check.py", description=__doc__.split("\n")[0])
     parser.add_argument("--uri", help="store to look at (default: the project's, else a tiny one made here)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"screenshots (default {DEFAULT_OUT})")
     parser.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
