@@ -49,7 +49,7 @@ study: $(STAMP)
 	$(PY) -m backtest -m +study=$(STUDY) $(ARGS)
 	$(PY) -m backtest.study report $(STUDY) --out experiments/$(STUDY) --no-log
 
-## Every study of conf/study/, one after another (about two hours on 2 cores; README "Studies").
+## Every study of conf/study/, one after another (each study's minutes: experiments/digest.md).
 studies: $(STAMP)
 	for s in $(STUDIES); do $(MAKE) --no-print-directory study STUDY=$$s || exit 1; done
 	$(PY) -m backtest.study digest experiments > experiments/digest.md

@@ -11,9 +11,8 @@ delete at any time; entries of older code are never read again, and ``clear`` re
 The feature kernels are compiled by numba on their first call and kept in its on-disk cache (next to
 their source, in ``__pycache__``; numba compiles them again when the source changes). ``compile`` fills
 that cache by building every feature of a small synthetic market, which calls each kernel with the
-argument types a real build does, so that no run pays the compilation (3 s here) or keeps the
-compiler's memory (a fresh checkout's first ``make run`` peaked at 1.88 GiB while it compiled them, 1.82
-GiB with them compiled in the setup: README "Memory").
+argument types a real build does, so that no run pays the compilation or keeps the compiler's memory
+(the peaks with and without it: benchmarks/README.md, "Memory").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Content checksums of what the caches store (feature cache entries, fold checkpoints).
 
-xxh3-128 of raw bytes: about 5 GB/s on one core, so verifying the default feature matrix (634 MiB) on
-each cache hit costs about 0.13 s, where blake2b would cost about 1 s. It detects corruption (a file
+xxh3-128 of raw bytes: much faster than a cryptographic hash such as blake2b, so verifying the feature
+matrix on each cache hit costs little of the load (benchmarks/bench_features.py). It detects corruption (a file
 truncated or overwritten, a flipped bit); it is not a defence against someone forging an entry.
 
 >>> import numpy as np

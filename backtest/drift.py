@@ -237,7 +237,7 @@ def feature_value_drift(
     n_bins : PSI quantile bins of the reference.
     max_rows : when a matrix has more rows, use ``max_rows`` evenly spaced rows of it (deterministic;
         rows in (date, code) order keep every date represented). The KS test sorts both samples:
-        ~40-90 ms per feature for 225k + 60k rows on 2 shared cores; None uses every row.
+        its cost: benchmarks/bench_tracking.py; None uses every row.
 
     Returns
     -------
@@ -330,9 +330,8 @@ def psi_by_fold(
     DataFrame (fold x feature) of PSI, indexed like ``windows`` (index name ``fold``); NaN for a
     feature with fewer than ``min_values`` finite values on one side (a fold of very few test days).
 
-    Cost: 1.4-2.1 s for the default run's size (582,000 rows x 285 features, 25 folds of 500 training
-    and 20 test days; measured on 2 shared, busy cores), mostly the column sorts of the 10,000 reference
-    rows; the row selection is two binary searches per window. Without thinning it takes ~18 s.
+    Cost: mostly the column sorts of the 10,000 reference rows; the row selection is two binary
+    searches per window. Thinning is what keeps it cheap.
     """
     values = np.asarray(values)
     names = list(names)

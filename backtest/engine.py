@@ -300,7 +300,7 @@ def run_backtest(
     started = time.perf_counter()
     if plan is None:
         plan = plan_backtest(panel, label=label, schedule=schedule, portfolio=portfolio)
-    else:  # the caller's plan may have been made without the portfolio: its universe is checked here (~0.1 s)
+    else:  # the caller's plan may have been made without the portfolio: its universe is checked here
         dates = pd.DatetimeIndex(panel.index.get_level_values(0).unique())
         check_universe(panel, portfolio, schedule.test_period(dates))
     labels, folds = plan.labels, plan.folds
@@ -656,7 +656,7 @@ class _Checkpoints:
                     arrays[name] = np.frombuffer(file.read_bytes(), dtype=np.uint8)
         arrays["checksum"] = np.frombuffer(_unit_checksum(arrays).encode(), dtype=np.uint8)
         tmp_path = self.directory / f".fold_{outcome.fold:04d}.{os.getpid()}.tmp.npz"
-        np.savez_compressed(tmp_path, **arrays)  # a warm-started booster's text shrinks about 4x
+        np.savez_compressed(tmp_path, **arrays)  # a warm-started booster's text compresses well
         os.replace(tmp_path, self._path(outcome.fold))
 
     def completed(self) -> dict[int, FoldOutcome]:

@@ -1,6 +1,6 @@
 """The leakage guards' vocabulary and verdicts, defined once.
 
-DESIGN.md, "Leakage guards": a model that decides at day ``d`` may train only on samples whose
+docs/design.md, "Leakage guards": a model that decides at day ``d`` may train only on samples whose
 ``label_end`` is at most ``cutoff(d)`` (``embargo`` trading days before ``d``), and every fold proves it.
 This module holds what the engine, the tracking tags and the reports share about that proof:
 

@@ -14,7 +14,7 @@ Conventions (all functions)
 - Cross-sectional metrics take ``scores`` and ``labels`` as Series indexed by (date, code); they are
   aligned on their common keys and rows with a NaN on either side are dropped.
 
-Headline keys are those of DESIGN.md ("Headline MLflow metric keys"); :func:`headline_metrics`
+Headline keys are those of docs/design.md ("Headline MLflow metric keys"); :func:`headline_metrics`
 returns them all (``n_folds`` is the engine's), NaN where the inputs for one were not given.
 """
 
@@ -822,7 +822,7 @@ def headline_metrics(
     ndcg_gain: str | Sequence[float] = "linear",
     ic_lags: int = 4,
 ) -> dict[str, float]:
-    """All headline metrics of one backtest, keyed as in DESIGN.md (plus a few extras).
+    """All headline metrics of one backtest, keyed as in docs/design.md (plus a few extras).
 
     Parameters
     ----------
@@ -849,7 +849,7 @@ def headline_metrics(
     -------
     dict[str, float] with every key of ``HEADLINE_KEYS`` (``ndcg_at_5`` there stands for
     ``ndcg_at_<ndcg_depth>``; NaN where the inputs were not given or the value is undefined, e.g. IC
-    and NDCG when no scored sample has a known label yet). Extras beyond DESIGN.md:
+    and NDCG when no scored sample has a known label yet). Extras beyond docs/design.md:
     ``win_rate_vs_ew_daily``, ``benchmark_ann_return``, ``benchmark_sharpe``, ``sharpe_ci_low``,
     ``sharpe_ci_high``, ``rank_ic_se``.
     """

@@ -6,7 +6,7 @@ under China A-share rules (suspensions, price limits, commission, stamp duty, sl
 book open-to-open on adjusted prices, and runs an equal-weight benchmark of every eligible stock
 through exactly the same machinery.
 
-Timing (see DESIGN.md, "Timing convention")
+Timing (see docs/design.md, "Timing convention")
 -------------------------------------------
 - Scores of day ``t`` are decided after the close of ``t``; the trades they cause execute at the open
   of ``t+1`` (the next trading day of the panel), at the raw open price.

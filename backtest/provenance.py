@@ -141,7 +141,7 @@ def package_versions(packages: Sequence[str] = TRACKED_PACKAGES) -> dict[str, st
 def code_fingerprint(scope: CodeScope = "result", root: Path | str | None = None) -> str:
     """Hash of the source that can change a result, and of the result-relevant package versions.
 
-    Computed once per process and scope (about 10 ms: the ``*.py`` files are hashed, not the git
+    Computed once per process and scope (cheap: the ``*.py`` files are hashed, not the git
     commit, because a tree can be dirty). It keys the fold checkpoints (``"result"``) and the feature
     cache (``"features"``), so that changed code never resumes from, or loads, what older code computed;
     :data:`CODE_SCOPES` lists what each scope covers and what it leaves out, and why.

@@ -125,8 +125,7 @@ def fold_windows(result: BacktestResult) -> pd.DataFrame:
 def fold_psi(result: BacktestResult, windows: pd.DataFrame | None = None,
              max_rows: int | None = PSI_MAX_ROWS) -> pd.DataFrame:
     """Fold x feature PSI: each fold's test days against its training window, at most ``max_rows``
-    evenly spaced rows a side (:func:`backtest.drift.psi_by_fold`; ~1.5-2 s for 25 folds of 285
-    features)."""
+    evenly spaced rows a side (:func:`backtest.drift.psi_by_fold`)."""
     windows = fold_windows(result) if windows is None else windows
     matrix = result.features
     return psi_by_fold(matrix.values, matrix.index.get_level_values(0), windows, result.feature_names,

@@ -1,6 +1,6 @@
 """Rolling and combinatorial purged splits over trading dates, with the purge derived from ``label_end``.
 
-The purge rule (DESIGN.md, "Timing convention"): a model that decides after the close of day ``d`` may
+The purge rule (docs/design.md, "Timing convention"): a model that decides after the close of day ``d`` may
 train on a sample ``(t, code)`` only if
 
     label_end(t, code) <= cutoff(d) = the trading day ``embargo`` trading days before d

@@ -10,9 +10,7 @@ leave the scores bit for bit the same. For a before/after pair, copy this script
 older commit and run it there (it imports the project it sits in; ``baseline_scores(matrix, labels,
 folds)`` has kept its signature).
 
-Measured on 2 cores (load 0.9-1.1), the main job's folds: at commit ``719a9ef`` (ranks of every row held
-at once) 28.7 s, traced peak 0.75 GiB; with ranks fold by fold (``RankedDays``) 12.9-13.5 s, 0.31 GiB;
-the same score hashes (factor ``4fa38a0d8a0ac8c0``, linear ``d9052bedad81ac4b``).
+The recorded figures and score hashes are in benchmarks/README.md ("Baselines").
 """
 
 from __future__ import annotations

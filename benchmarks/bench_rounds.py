@@ -6,7 +6,7 @@
 The default market and config (``conf/``, composed as the CLI composes them), the first fold of the main
 job's schedule (500 days of 300 stocks, 285 features), binned once as the engine bins it; then each
 setting fits that fold for 20 rounds without early stopping on the same bins, and its milliseconds a
-round are printed. README "Speed on 2 cores" reads these numbers.
+round are printed. benchmarks/README.md records them.
 """
 
 from __future__ import annotations

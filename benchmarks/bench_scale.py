@@ -8,7 +8,7 @@ main job (:func:`e2e.run_main_job`: a fresh process, cold cache, its own SQLite 
 retraining every 120 days (``backtest.retrain_every=120``: 5 folds over the two test years) and otherwise the
 defaults (``features=all``, the 500-day window, the whole-list LambdaRank, baselines on). Printed per
 size: the folds, wall time, peak RSS and the stage timings; then
-each stage's growth factor between the sizes. README "Scale on paper" reads these numbers.
+each stage's growth factor between the sizes. benchmarks/README.md ("Scale") records them.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ Runs ``python -m backtest`` in this process, from a cold feature cache into a st
 ``backtest.engine.release_freed_memory`` wrapped: at the end of each stage (features, binning, folds,
 baselines) it prints the stage's own peak (``VmHWM``) and what is resident, then resets the high-water
 mark (``/proc/self/clear_refs``) for the next stage. The engine itself logs the peak so far instead,
-since a reset would also reset what ``wait4`` reports to ``benchmarks/e2e.py``. README "Speed on 2
-cores" (Memory) reads these numbers.
+since a reset would also reset what ``wait4`` reports to ``benchmarks/e2e.py``. benchmarks/README.md
+("Memory") records them.
 """
 
 from __future__ import annotations

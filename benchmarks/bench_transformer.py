@@ -12,22 +12,7 @@ compile mode is measured once more with the temporal attention through the fused
 trains 750-day epochs through StockTransformerRanker.fit (windows gathered on the device from the wide
 tensor), eager and with the best compile mode, and reports the epoch time and peak memory.
 
-Measured on one NVIDIA H200 with torch 2.11.0+cu130 (``--device cuda``, the defaults otherwise)::
-
-    configuration                                      days/s     ratio  peak MiB
-    cuda fp32, 1 day/step (baseline)                     77.3     1.00x       186
-    cuda fp32, 192 days/step                           1841.3    23.82x     21863
-    cuda bf16, 192 days/step                           2585.9    33.45x     14789
-    cuda bf16, 192 days/step, compile=default          5427.5    70.21x     13113
-    cuda bf16, 192 days/step, compile=reduce-overhead  5430.7    70.25x     13053
-      the same, temporal attention through SDPA        2966.4    38.37x     12355
-    750-day epoch via StockTransformerRanker.fit, bf16: 0.296 s eager, 0.138 s compile=reduce-overhead
-
-Run again on 2026-12-03 (same torch): 77.9 / 1842.0 / 2585.7 / 5424.5 / 5429.4 / 2965.9 days/s in the
-order above, 750-day epochs 0.297 s eager and 0.138 s compiled.
-
-With ``nn.TransformerEncoder`` (``nn.MultiheadAttention``, SDPA's flash kernels for the 30-day windows)
-the same bf16 step ran at 1,819 day-samples/s eager and 2,819 with compile=default on that machine.
+The figures measured on an H200 are in benchmarks/README.md ("GPU").
 
 Targets: >= 5,000 day-samples/s (bf16, compiled) and <= 0.2 s per 750-day epoch on an H200.
 """

@@ -25,31 +25,7 @@ NDCG@5, Sharpe, and the best-factor and linear baselines' rank IC on the same fo
 counts from before the market is generated to the end of the first model's backtest.
 ``--out FILE`` also writes every number as JSON.
 
-Measured on one NVIDIA H200 (torch 2.11.0+cu130, 16 CPU cores, LightGBM 4.7.0, pandas 3.1.1; the
-defaults, ``--out FILE``; LambdaRank with early stopping after 10 rounds and half the features a tree)::
-
-    model                   rank IC    s.e.   factor   linear  s/fold  wall s
-    stock_transformer       +0.0052  0.0045  +0.0390  +0.0551    3.27   103.8
-    lambdarank              +0.0434  0.0046  +0.0390  +0.0551    0.68    39.0
-
-    total wall time of the first model's backtest, market generation and features included: 106.5 s
-
-Run again with the feature kernels compiled by numba (numba 0.68.0 there, compiled on the fresh machine
-inside the audit's first build: audit 5.3 s): stock_transformer 108.8 s, 3.57 s a fold (median 2.38 s),
-rank IC +0.0052 (s.e. 0.0045), total 112.4 s; lambdarank 30.7 s, 0.61 s a fold, +0.0434 (s.e. 0.0046).
-LambdaRank alone on two of that machine's cores (``OMP_NUM_THREADS=2 taskset -c 0,1 ... --models
-lambdarank``): 112.9 s, 3.27 s a fold, the same rank IC; with ``--set experiment=weekly`` (97 folds, warm
-start): 576.9 s, 5.42 s a fold, rank IC +0.0509 (s.e. 0.0044).
-
-A third run, 2026-12-03, on the code of the warm-fit change (numba 0.68.0, compiled in the audit: 5.9 s):
-stock_transformer 135.7 s, 4.46 s a fold (median 2.99 s, the first 10.72 s), rank IC +0.0052 (s.e.
-0.0045), total 137.9 s; lambdarank 38.7 s, 0.82 s a fold, +0.0434 (s.e. 0.0046): the same rank ICs,
-on a host whose 16 cores were busier (load 6.3 at the end).
-
-The transformer's 25 folds took 2.25 s a fold at the median (the first 7.39 s, with CUDA initialisation;
-the longest 9.85 s, 20 epochs); engine split: audit 1.4 s, features 6.8 s, folds 85.0 s, baselines 8.8 s.
-Its rank IC is 0.034 (s.e. 0.006) below the best single factor's, and 0.038 below LambdaRank's on the
-same folds.
+The figures measured on an H200 are in benchmarks/README.md ("GPU").
 
 Target: the transformer backtest, data generation and feature setup included, in at most 10 minutes on
 one H200.

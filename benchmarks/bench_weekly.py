@@ -1,7 +1,7 @@
 """Benchmark: the weekly-retraining backtest end to end, and the LightGBM levers on it.
 
     .venv/bin/python benchmarks/bench_weekly.py                        # fresh fits, then warm start (97 folds)
-    .venv/bin/python benchmarks/bench_weekly.py --extra experiment=weekly --levers base warm40 fresh  # README
+    .venv/bin/python benchmarks/bench_weekly.py --extra experiment=weekly --levers warm20 warm40 fresh
     .venv/bin/python benchmarks/bench_weekly.py --levers base trunc8 leaves15 --test-end 2024-06-30
     .venv/bin/python benchmarks/bench_weekly.py --schedule monthly --levers base es50_ff0.8   # the main job
 

@@ -2,7 +2,7 @@
 label (its ``bins`` or ``three_class`` processing; a real-valued label is refused).
 
 Rolling speed: :class:`BinnedPanel` bins every sample of a backtest once and hands each fold a
-``Dataset.subset`` of whole days (binning a 225k-row window costs seconds, a subset a tenth of a second);
+``Dataset.subset`` of whole days (far cheaper than binning each window: ``benchmarks/bench_lambdarank.py``);
 with ``warm_start`` a fold continues from the previous fold's booster with a few rounds, and every
 ``full_refit_every``-th fold is refitted from scratch. A continued fit starts from the previous booster's
 scores of the fold's rows, computed on a view of the rows where they lie (:meth:`RankingData.row_span`),
@@ -62,12 +62,12 @@ class LambdaRankConfig:
         the whole list (``experiments/early_stopping/``).
     num_leaves, learning_rate, min_data_in_leaf, feature_fraction, lambda_l2, max_bin : tree growth;
         ``min_data_in_leaf`` ~ one day's cross-section keeps leaves from fitting single days. Half the
-        features per tree (``feature_fraction=0.5``) costs 13% less a round than 0.8 (100 ms against
-        115 on a main-job fold, ``benchmarks/bench_rounds.py``).
+        features per tree (``feature_fraction=0.5``) costs less a round than 0.8
+        (``benchmarks/bench_rounds.py``).
     num_boost_round : rounds of a fresh fit; early stopping (``early_stopping_rounds``, None = off) on
         the validation set picks the best iteration. Stopping after 10 rounds without gain rather than
-        50 takes the main job from 330 s to 97 s on 2 cores with ``feature_fraction`` 0.5 instead of 0.8,
-        at a rank IC 0.57 standard errors lower (README "Speed on 2 cores").
+        50, with ``feature_fraction`` 0.5 instead of 0.8, makes the main job several times faster at a
+        rank IC within one standard error (benchmarks/README.md, ``bench_weekly.py``).
     early_stopping_metric : the validation metric early stopping follows (``EARLY_STOPPING_METRICS``):
         ``"ndcg"`` (NDCG at ``ndcg_depth``, LightGBM's) or ``"rank_ic"`` (mean daily Spearman
         correlation of the scores with the relevance levels over the whole list,
@@ -76,8 +76,8 @@ class LambdaRankConfig:
     min_rounds : trees a fresh fit keeps at least: the best iteration is chosen among iterations
         ``>= min_rounds`` and training never stops before them (1 = no minimum).
     num_threads : LightGBM threads, 0 = all cores.
-    seed, deterministic : with ``deterministic`` and ``force_col_wise`` (always on: 1.4-1.9x faster
-        than row-wise on this shape) a fit is bit-for-bit reproducible.
+    seed, deterministic : with ``deterministic`` and ``force_col_wise`` (always on: faster than
+        row-wise on this shape) a fit is bit-for-bit reproducible.
     warm_start : continue each fit from the previous fit's booster with ``warm_start_rounds`` rounds;
         the first fit and every ``full_refit_every``-th fit after a fresh one are fresh.
     extra : further LightGBM parameters, passed through unchanged (they win over the fields above).

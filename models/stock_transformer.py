@@ -42,7 +42,8 @@ class StockTransformerConfig:
     window : days of history per stock (the window axis of the input).
     d_model, n_heads, n_layers : width, heads and depth of the temporal encoder.
     dim_feedforward : hidden width of the encoder's feed-forward block; None -> ``4 * d_model``
-        (PyTorch's own default of 2048 is 5x slower at d_model 64 and buys nothing).
+        (PyTorch's own default of 2048 is slower at d_model 64 and buys nothing:
+        ``benchmarks/bench_transformer.py``).
     dropout : dropout in every block (off at predict time).
     scales : lengths (last days) of the attention pools of :class:`FeatureAttention`; each <= window.
     cross_stock : let the stocks of a day attend to each other (ablation switch).
@@ -103,10 +104,9 @@ class StockTransformerConfig:
 #: On CUDA, attention over at most this many positions (the temporal window's 30 days) is computed
 #: explicitly: two batched matrix products around a softmax, which torch.compile fuses with the scaling,
 #: the dropout and their backward. On such short sequences the fused SDPA kernels spend most of their
-#: time in the backward pass (the flash backward alone took 43% of the GPU time of a compiled step): a
-#: compiled bf16 training step of the default network over 192 days x 300 stocks x 30 days x 72 features
-#: runs at 5,431 day-samples/s with the explicit form and 2,966 through SDPA on an H200 (torch 2.11;
-#: ``benchmarks/bench_transformer.py --device cuda``, its ``through SDPA`` row sets this to 0). Longer
+#: time in the backward pass, so a compiled bf16 training step of the default network runs faster with
+#: the explicit form (``benchmarks/bench_transformer.py --device cuda``: its ``through SDPA`` row sets
+#: this to 0; the figures are in benchmarks/README.md). Longer
 #: sequences (the cross-stock attention over a day's ~300 stocks) and the CPU keep
 #: F.scaled_dot_product_attention.
 EXPLICIT_ATTENTION_MAX_LENGTH = 64

@@ -28,7 +28,7 @@ Observable money flow: the main-force (large + extra-large order) net inflow rat
 ``flow_loading * flow + noise + a little same-day return``; smoothing it over a week recovers the flow.
 Volatility varies by stock and over time but never enters expected returns.
 
-The measured strengths of the planted effects are in README.md ("The synthetic market") and are checked
+The measured strengths of the planted effects are in benchmarks/README.md (bench_synthetic.py) and are checked
 by ``tests/data/test_synthetic.py``.
 """
 

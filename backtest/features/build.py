@@ -7,8 +7,8 @@
           --raw / cs_rank / cs_z / ind_neu--> one float32 column of the FeatureMatrix
 
 Each indicator is computed, transformed and written to the output before the next one starts, so the
-memory held besides the output matrix is the wide inputs and one indicator at a time (peak well under
-3x the float32 matrix).
+memory held besides the output matrix is the wide inputs and one indicator at a time (the peak against
+its 3x-the-matrix target: benchmarks/README.md, bench_features.py).
 """
 
 from __future__ import annotations

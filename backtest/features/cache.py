@@ -13,8 +13,8 @@ entry::
 
 An entry is written to a temporary folder in ``<directory>``, meta.json last, and renamed into place in
 one step, so a run killed while writing leaves at most a ``.tmp-*`` folder that is never read (``clear``
-removes it). Every load verifies the checksums (xxh3-128, :mod:`backtest.checksum`: about 0.13 s for the
-default 634 MiB matrix): an entry truncated, overwritten or otherwise changed on disk is discarded with
+removes it). Every load verifies the checksums (xxh3-128, :mod:`backtest.checksum`; load times:
+benchmarks/README.md, bench_features.py): an entry truncated, overwritten or otherwise changed on disk is discarded with
 one warning and rebuilt, never used.
 """
 
@@ -89,7 +89,7 @@ class FeatureCache:
     mmap : load values as a read-only memory map of the entry's file: a hit returns at once, pages
         are read when first used, and the values live in the shared page cache instead of process
         memory. The default (False) reads the whole file on load, which is faster when every value
-        is used (page faults on a cold file read it about 3x slower than one sequential read).
+        is used (page faults on a cold file read it more slowly than one sequential read).
     """
 
     def __init__(self, directory: str | os.PathLike[str], mmap: bool = False) -> None:

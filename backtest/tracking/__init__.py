@@ -53,7 +53,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # Reading a run's artifacts back (a sweep's study table) must not draw progress bars into the output.
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 # A lost server must cost seconds, not minutes: MLflow's defaults (7 retries, backoff factor 2, 120 s
-# timeout) retried for 497 s before giving up. These bound a request to about 10 s of retries; the run
+# timeout) retry for minutes before giving up. These bound a request to about 10 s of retries; the run
 # then goes to the fallback store (backtest.tracking.fallback). Set the variables to override.
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")

@@ -153,8 +153,8 @@ def test_money_flow_columns_add_up(default_market) -> None:
     assert np.allclose(net, p["net_mf_amount"])
 
 
-# The documented strengths (README, "The synthetic market"): measured mean daily rank IC against the default
-# label (T+1 to T+5 open), over index members, seed 42.
+# The documented strengths (benchmarks/README.md, "The synthetic market"):
+# measured mean daily rank IC against the default label (T+1 to T+5 open), over index members, seed 42.
 EXPECTED = {
     "money flow: main-force net inflow rate, 5-day mean": (0.025, 0.06),
     "reversal: past 5-day return": (-0.045, -0.01),
