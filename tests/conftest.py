@@ -12,16 +12,15 @@ from omegaconf import DictConfig
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from backtest.cli import CONF_DIR  # noqa: E402
-from backtest.data.synthetic import SyntheticMarket, SyntheticMarketConfig, simulate_market  # noqa: E402
-
-TINY = SyntheticMarketConfig(seed=7, n_stocks=60, n_members=40, start="2021-01-01", end="2022-12-31")
+from backtest.cli import CONF_DIR
+from backtest.data.synthetic import SyntheticMarket, simulate_market
+from tests.small_backtest import MARKET
 
 
 @pytest.fixture(scope="session")
 def tiny_market() -> SyntheticMarket:
     """A small synthetic market: 60 stocks, 40 index members, 2021-2022 (about 485 trading days)."""
-    return simulate_market(TINY)
+    return simulate_market(MARKET)
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ from backtest.labels import LabelSpec, make_labels
 from backtest.metrics import daily_ic, rank_ic_mean, sharpe
 from backtest.portfolio import PortfolioSpec
 from backtest.splits import RollingSchedule
-from tests.test_engine import FEATURES, SCHEDULE, backtest, small_ranker
+from tests.small_backtest import FEATURES, SCHEDULE, backtest, small_ranker
 
 
 @pytest.fixture(scope="module")

@@ -21,24 +21,9 @@ from backtest.metrics import HEADLINE_KEYS
 from backtest.portfolio import PortfolioSpec
 from backtest.provenance import code_fingerprint
 from backtest.splits import RollingSchedule
-from models.lambdarank import LambdaRankConfig, LambdaRankRanker
+from models.lambdarank import LambdaRankRanker
 from tests.features.feature_fixtures import PLANTED
-
-SCHEDULE = dict(retrain_every=20, train_window=100, valid_days=10, embargo=2, test_start="2022-07-01")
-FEATURES = FeatureSetSpec(name="small", indicators=("ret_5d", "ret_20d", "vol_20d", "mf_main_net_rate", "rsi_14"),
-                          windows=(5,))
-
-
-def small_ranker(**kw) -> LambdaRankRanker:
-    return LambdaRankRanker(LambdaRankConfig(num_boost_round=30, num_threads=1, min_data_in_leaf=40, **kw))
-
-
-def backtest(panel, tmp_path: Path | None = None, schedule=None, factory=small_ranker, **options):
-    return run_backtest(
-        panel, features=FEATURES, label=LabelSpec(), schedule=schedule or RollingSchedule(**SCHEDULE),
-        ranker_factory=factory, portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(panel),
-        options=EngineOptions(**options), seed=3,
-    )
+from tests.small_backtest import FEATURES, SCHEDULE, backtest, small_ranker
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from backtest.labels import cross_sectional_target
 logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    import quantstats as qs  # noqa: E402
+    import quantstats as qs
 
 
 def daily(values, start="2024-01-02") -> pd.Series:

@@ -38,9 +38,9 @@ def test_same_seed_gives_identical_bytes_and_fingerprint(tmp_path: Path, tiny_ma
 
 
 def tiny_market_config() -> SyntheticMarketConfig:
-    from tests.conftest import TINY
+    from tests.small_backtest import MARKET
 
-    return TINY
+    return MARKET
 
 
 def test_default_scale(default_market) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from feature_fixtures import CUTOFF_POS, PLANTED, make_panel
 
 from backtest.features.registry import FeatureRegistry, default_registry
+from tests.features.feature_fixtures import CUTOFF_POS, PLANTED, make_panel
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from feature_fixtures import EVERYTHING, PLANTED, make_panel
 
 import backtest.engine as engine
 import backtest.features.audit as audit_module
@@ -25,6 +24,7 @@ from backtest.features.registry import Indicator, default_registry
 from backtest.features.rolling import lag
 from backtest.features.sets import plan_features
 from backtest.splits import RollingSchedule
+from tests.features.feature_fixtures import EVERYTHING, PLANTED, make_panel
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -21,10 +21,9 @@ from mlflow.tracking import MlflowClient
 from backtest import cli
 from backtest.reports.study import STUDY_REPORT_FILES, build_study_report, write_study_report
 from backtest.study import digest
+from tests.system.tiny_market import TINY_MARKET
 
 STUDIES = sorted(p.stem for p in (Path(cli.CONF_DIR) / "study").glob("*.yaml"))
-TINY_MARKET = ["data.n_stocks=60", "data.n_members=40", "data.start=2023-06-01", "backtest.test_start=2025-09-01",
-               "engine.feature_cache=false", "engine.checkpoints=false", "tracking.tearsheet=false"]
 # a study whose trials need more history than the tiny market's 547 labelled days before its test
 TINY_EXTRA = {"early_stopping": ["backtest.train_window=300"]}
 
@@ -47,8 +46,8 @@ def test_study_runs_end_to_end_and_reports(study: str, tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "backtest", "-m", f"+study={study}", *TINY_MARKET, *TINY_EXTRA.get(study, []),
-         f"tracking.uri={uri}",
+        [sys.executable, "-m", "backtest", "-m", f"+study={study}", *TINY_MARKET, "tracking.tearsheet=false",
+         *TINY_EXTRA.get(study, []), f"tracking.uri={uri}",
          f"engine.cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
         capture_output=True, text=True, env=env, timeout=1800, cwd=tmp_path,
     )

@@ -1,7 +1,7 @@
 """A warm-started backtest on the tiny market, with fold checkpoints, that can kill itself at a chosen
-instant: the subprocess of the kill tests in ``tests/test_integrity.py``.
+instant: the subprocess of the kill tests in ``tests/system/test_integrity.py``.
 
-    python -m tests.checkpoint_job CHECKPOINT_DIR RESULT.npz [--kill POINT --fold K] [--code-fingerprint FP]
+    python -m tests.system.checkpoint_job CHECKPOINT_DIR RESULT.npz [--kill POINT --fold K] [--code-fingerprint FP]
 
 POINT is where the process sends itself SIGKILL while it checkpoints fold K:
 
@@ -33,25 +33,23 @@ from backtest.features.sets import FeatureSetSpec
 from backtest.labels import LabelSpec
 from backtest.portfolio import PortfolioSpec
 from backtest.splits import RollingSchedule
-from models.lambdarank import LambdaRankConfig, LambdaRankRanker
-from tests.conftest import TINY
+from models.lambdarank import LambdaRankRanker
+from tests.small_backtest import MARKET, SCHEDULE, small_ranker
 
-SCHEDULE = RollingSchedule(retrain_every=20, train_window=100, valid_days=10, embargo=2, test_start="2022-07-01")
 FEATURES = FeatureSetSpec(name="small", indicators=("ret_5d", "ret_20d", "vol_20d", "rsi_14"), windows=(5,))
 KILL_POINTS = ("model_saved", "mid_write", "before_replace", "after_replace")
 
 
 def warm_ranker() -> LambdaRankRanker:
     """LambdaRank continuing each fold's booster (a fresh fit every third fold)."""
-    return LambdaRankRanker(LambdaRankConfig(num_boost_round=30, num_threads=1, min_data_in_leaf=40, warm_start=True,
-                                             warm_start_rounds=10, full_refit_every=3))
+    return small_ranker(warm_start=True, warm_start_rounds=10, full_refit_every=3)
 
 
 def run(checkpoint_dir: Path | None) -> BacktestResult:
     """The job's backtest (also run in the test process for the uninterrupted reference)."""
-    panel = simulate_market(TINY).panel
+    panel = simulate_market(MARKET).panel
     return run_backtest(
-        panel, features=FEATURES, label=LabelSpec(), schedule=SCHEDULE, ranker_factory=warm_ranker,
+        panel, features=FEATURES, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE), ranker_factory=warm_ranker,
         portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(panel),
         options=EngineOptions(checkpoint_dir=checkpoint_dir, audit_cutoffs=0), seed=3,
     )
@@ -102,7 +100,7 @@ def arm(point: str, fold: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.checkpoint_job")
+    parser = argparse.ArgumentParser(prog="python -m tests.system.checkpoint_job")
     parser.add_argument("checkpoint_dir", type=Path)
     parser.add_argument("result", type=Path)
     parser.add_argument("--kill", choices=KILL_POINTS)

@@ -12,18 +12,16 @@ import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from backtest import cli
 from backtest.metrics import HEADLINE_KEYS, dsr, expected_max_sharpe
 from backtest.reports.study import STUDY_REPORT_FILES
 from backtest.tracking import ARTIFACTS
 from backtest.tracking.layout import COMPARE_IMAGES
+from tests.system.tiny_market import TINY
 
 EXPERIMENTS = sorted(p.stem for p in (Path(cli.CONF_DIR) / "experiment").glob("*.yaml"))
-TINY = ["data.n_stocks=60", "data.n_members=40", "data.start=2023-06-01", "backtest.test_start=2025-09-01",
-        "backtest.train_window=80", "backtest.valid_days=10", "backtest.retrain_every=20",
-        "model.config.num_boost_round=20", "model.config.min_data_in_leaf=30", "model.config.num_threads=1",
-        "engine.feature_cache=false", "engine.checkpoints=false", "tracking.tearsheet=false"]
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
@@ -40,7 +38,25 @@ def test_every_experiment_composes_and_builds(experiment: str, compose_config) -
 def test_config_options_compose_and_build(group: str, option: str, compose_config) -> None:
     cfg = compose_config([f"{group}={option}"])
     built = cli._build(cfg[group], _partial_=True)() if group == "model" else cli._build(cfg[group])
-    assert built is not None
+    assert _settings_not_held(built, cfg[group]) == []  # the option's every setting reaches the object
+
+
+def _settings_not_held(built: object, node: DictConfig, prefix: str = "") -> list[str]:
+    """The settings of a composed ``node`` that the object built from it does not hold: the class its
+    ``_target_`` names, each value as an attribute of the same name (a list as a tuple), recursively."""
+    missing = []
+    for key, value in node.items():
+        if key == "_target_":
+            if type(built).__name__ != value.rsplit(".", 1)[-1]:
+                missing.append(f"{prefix}_target_: {type(built).__name__} built, {value} configured")
+        elif isinstance(value, DictConfig):
+            missing += _settings_not_held(getattr(built, key), value, f"{prefix}{key}.")
+        else:
+            held = getattr(built, key, "<missing>")
+            wanted = OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
+            if (list(held) if isinstance(held, tuple) else held) != wanted:
+                missing.append(f"{prefix}{key}: {held!r} held, {wanted!r} configured")
+    return missing
 
 
 def test_main_job_records_one_complete_run(tmp_path: Path, capsys, compose_config) -> None:

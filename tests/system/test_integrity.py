@@ -24,10 +24,11 @@ from backtest.engine import BacktestResult, EngineOptions, run_backtest
 from backtest.labels import LabelSpec
 from backtest.portfolio import PortfolioSpec
 from backtest.provenance import code_fingerprint
-from models.lambdarank import LambdaRankConfig, LambdaRankRanker
-from tests import checkpoint_job
+from backtest.splits import RollingSchedule
+from tests.small_backtest import SCHEDULE, small_ranker
+from tests.system import checkpoint_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCOPES = ("result", "features")
 
 
@@ -81,13 +82,9 @@ def test_package_versions_enter_the_fingerprint_of_the_code_that_runs_on_them(mo
 # --- damaged fold checkpoints ------------------------------------------------------------------------
 
 
-def small_ranker() -> LambdaRankRanker:
-    return LambdaRankRanker(LambdaRankConfig(num_boost_round=30, num_threads=1, min_data_in_leaf=40))
-
-
 def _backtest(panel: pd.DataFrame, checkpoint_dir: Path | None, factory=small_ranker) -> BacktestResult:
     return run_backtest(
-        panel, features=checkpoint_job.FEATURES, label=LabelSpec(), schedule=checkpoint_job.SCHEDULE,
+        panel, features=checkpoint_job.FEATURES, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE),
         ranker_factory=factory, portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(panel),
         options=EngineOptions(checkpoint_dir=checkpoint_dir, audit_cutoffs=0), seed=3,
     )
@@ -161,8 +158,8 @@ def test_a_damaged_warm_start_checkpoint_refits_from_the_state_before_it(tiny_pa
 
 
 def _job(checkpoint_dir: Path, out: Path, *args: str) -> list[str]:
-    """The job's command line; the code fingerprint pinned to this process's (see tests/checkpoint_job.py)."""
-    return [sys.executable, "-m", "tests.checkpoint_job", str(checkpoint_dir), str(out),
+    """The job's command line; the code fingerprint pinned to this process's (see tests/system/checkpoint_job.py)."""
+    return [sys.executable, "-m", "tests.system.checkpoint_job", str(checkpoint_dir), str(out),
             "--code-fingerprint", code_fingerprint(), *args]
 
 

@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from backtest import cli
 from backtest.errors import StoreUnavailableError
-from tests.test_cli import TINY
+from tests.system.tiny_market import TINY
 
 FAST = [o for o in TINY if not o.startswith("backtest.retrain_every")] + ["backtest.retrain_every=5"]
 
@@ -43,7 +43,7 @@ def _wait_for_fold_metrics(uri: str, n: int, timeout: float = 240.0) -> None:
             runs = _runs(uri)
             if runs and len(MlflowClient(uri).get_metric_history(runs[0].info.run_id, "fold/rank_ic")) >= n:
                 return
-        except Exception:  # noqa: BLE001  the store may be half-created on the first polls
+        except Exception:  # the store may be half-created on the first polls
             pass
         time.sleep(0.2)
     raise AssertionError(f"no {n} fold metrics in {uri} after {timeout} s")

@@ -16,7 +16,7 @@ from backtest.portfolio import PortfolioSpec
 from backtest.splits import RollingSchedule
 from models.lambdarank import LambdaRankConfig, LambdaRankRanker
 
-LEAK_DEMO = OmegaConf.load(Path(__file__).parents[1] / "conf" / "experiment" / "leak_demo.yaml")
+LEAK_DEMO = OmegaConf.load(Path(__file__).parents[2] / "conf" / "experiment" / "leak_demo.yaml")
 
 
 @pytest.mark.slow

@@ -230,7 +230,7 @@ class _LoginRequired(BaseHTTPRequestHandler):
     login = "Basic " + base64.b64encode(b"bob:p@ss").decode()
     seen: list[str | None] = []
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:  # http.server's name
         type(self).seen.append(self.headers.get("Authorization"))
         ok = self.headers.get("Authorization") == self.login
         self.send_response(200 if ok else 401)

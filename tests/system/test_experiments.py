@@ -13,10 +13,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from backtest import cli
+from tests.system.tiny_market import TINY_MARKET
 
 EXPERIMENTS = sorted(p.stem for p in (Path(cli.CONF_DIR) / "experiment").glob("*.yaml"))
-TINY_MARKET = ["data.n_stocks=60", "data.n_members=40", "data.start=2023-06-01", "backtest.test_start=2025-09-01",
-               "engine.feature_cache=false", "engine.checkpoints=false"]
 #: an experiment's own settings that the tiny market cannot serve (its 730-day window needs three years)
 FITTED = {"weekly": ["backtest.train_window=120"]}
 

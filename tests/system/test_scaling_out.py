@@ -15,7 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from backtest.reports.study import STUDY_REPORT_FILES
-from tests.test_cli import TINY
+from tests.system.tiny_market import TINY
 
 
 @pytest.mark.parametrize("launcher,target,fields", [

@@ -1,0 +1,1 @@
+"""Tests of backtest.data: schema, validation, loaders, tradability and the synthetic market."""

@@ -1,0 +1,1 @@
+"""Tests of models/: the data container, the ranker protocol, LambdaRank and the StockTransformer."""

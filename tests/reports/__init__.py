@@ -1,0 +1,1 @@
+"""Tests of backtest.reports: plots, pages, the drift and study reports, and their command line."""

@@ -1,0 +1,15 @@
+"""The tiny market as Hydra overrides: the one spelling that the system tests pass to ``python -m backtest``.
+
+``TINY_MARKET`` shrinks the synthetic market (60 stocks, 40 index members, from 2023-06-01, tested from
+2025-09-01) and keeps the feature cache and the fold checkpoints off; a test that runs a configured
+experiment or study as it is adds only these. ``TINY`` is the main job made quick on that market: a short
+schedule, a small LambdaRank on one thread, no tearsheet.
+"""
+
+from __future__ import annotations
+
+TINY_MARKET = ["data.n_stocks=60", "data.n_members=40", "data.start=2023-06-01", "backtest.test_start=2025-09-01",
+               "engine.feature_cache=false", "engine.checkpoints=false"]
+TINY = [*TINY_MARKET, "backtest.train_window=80", "backtest.valid_days=10", "backtest.retrain_every=20",
+        "model.config.num_boost_round=20", "model.config.min_data_in_leaf=30", "model.config.num_threads=1",
+        "tracking.tearsheet=false"]

@@ -1,0 +1,1 @@
+"""Tests of backtest.tracking: the MLflow store, runs, redaction and the UI helpers."""
