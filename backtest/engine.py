@@ -45,6 +45,7 @@ import pandas as pd
 
 from backtest.baselines import Baselines, run_baselines
 from backtest.checksum import CHECKSUM_ALGORITHM, checksum
+from backtest.code_fingerprint import code_fingerprint
 from backtest.errors import ConfigError, FeatureAuditError, InsufficientHistoryError
 from backtest.features.audit import AuditReport, audit_features, choose_cutoffs
 from backtest.features.build import FeatureMatrix, build_features
@@ -52,10 +53,9 @@ from backtest.features.cache import CorruptEntryError, load_or_build_features
 from backtest.features.registry import FeatureRegistry
 from backtest.features.sets import FeatureSetSpec, select_by_gain
 from backtest.labels import Labels, LabelSpec, make_labels
-from backtest.leakage import GuardStatus, LeakageRecord, feature_audit_status, fold_rows, leak_guard_status
+from backtest.leakage import GuardStatus, LeakageRecord, fold_rows, leak_guard_status
 from backtest.metrics import daily_ic, headline_metrics, ndcg_at_k, rank_ic_mean
 from backtest.portfolio import PortfolioResult, PortfolioSpec, check_universe, simulate
-from backtest.provenance import code_fingerprint
 from backtest.splits import Fold, RollingSchedule
 from models.base import LEVEL_PROCESSINGS, Ranker, RankingData
 
@@ -391,7 +391,7 @@ def run_backtest(
     return BacktestResult(
         scores=scores, portfolio=result, metrics=metrics, fold_metrics=fold_metrics, records=records,
         importance=importance, audit=audit, labels=labels, features=matrix, feature_names=list(matrix.names),
-        leak_guard=leak_guard_status(records), feature_audit=feature_audit_status(audit),
+        leak_guard=leak_guard_status(records), feature_audit="disabled" if audit is None else audit.status,
         feature_cache_hit=cache_hit, ndcg_depth=ndcg.depth, code_fingerprint=code_fp, baselines=baselines,
         resumed_folds=sum(o.resumed for o in outcomes),
         resumed_from=",".join(sorted(ckpt.resumed_from)) if ckpt and ckpt.resumed_from else None,
