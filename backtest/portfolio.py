@@ -108,7 +108,7 @@ import pandas as pd
 from backtest.data.panel import WideGrid, adjusted_price
 from backtest.data.tradability import Tradability, carry_forward, eligible, trading
 from backtest.errors import ConfigError, DataContractError, preview
-from backtest.metrics import PERIODS_PER_YEAR
+from backtest.statistics import PERIODS_PER_YEAR
 
 logger = logging.getLogger(__name__)
 

@@ -48,6 +48,7 @@ import pandas as pd
 from backtest import metrics
 from backtest.baselines import comparison_table, factor_verdict
 from backtest.reports.returns import check_daily_returns
+from backtest.statistics import PERIODS_PER_YEAR
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ class RunEvidence:
     run_id: str | None = None
 
 
-def rolling_min_days(periods_per_year: int = metrics.PERIODS_PER_YEAR) -> int:
+def rolling_min_days(periods_per_year: int = PERIODS_PER_YEAR) -> int:
     """Fewest test days for which the tearsheet keeps quantstats' rolling charts: two of their 6-month
     windows (``2 * ceil(periods_per_year / 2)``), so that each curve spans at least half the period.
 
@@ -126,7 +127,7 @@ def write_tearsheet(
     path: Path | str,
     *,
     title: str = "Strategy tearsheet",
-    periods_per_year: int = metrics.PERIODS_PER_YEAR,
+    periods_per_year: int = PERIODS_PER_YEAR,
     evidence: RunEvidence | None = None,
 ) -> Tearsheet:
     """Write the HTML tearsheet of daily strategy returns against the equal-weight benchmark.
@@ -137,7 +138,7 @@ def write_tearsheet(
     benchmark : Series on the same dates, the equal-weight benchmark's daily returns.
     path : the HTML file to write (its folder is created).
     title : report title (the run name); the page title and heading add the test period.
-    periods_per_year : annualization (``backtest.metrics.PERIODS_PER_YEAR``).
+    periods_per_year : annualization (``backtest.statistics.PERIODS_PER_YEAR``).
     evidence : the run's robustness numbers and guard verdicts, shown first; None shows a note that
         the run's evidence was not given.
 
@@ -205,7 +206,7 @@ def _fmt(value: object, spec: str) -> str:
 
 
 def robustness_html(evidence: RunEvidence | None, *, ndays: int | None = None,
-                    periods_per_year: int = metrics.PERIODS_PER_YEAR) -> str:
+                    periods_per_year: int = PERIODS_PER_YEAR) -> str:
     """The robustness block that opens the tearsheet: a ``<section id="robustness">`` of two tables
     (Sharpe and annual return with and without the best months; interval, PSR, DSR, rank IC, NDCG) and
     the guard verdicts, all read from ``evidence`` (never recomputed).
@@ -312,7 +313,7 @@ def _with_evidence(page: str, heading: str, block: str, hide_rolling: bool) -> s
 
 
 def tearsheet_metrics(
-    returns: pd.Series, benchmark: pd.Series, periods_per_year: int = metrics.PERIODS_PER_YEAR
+    returns: pd.Series, benchmark: pd.Series, periods_per_year: int = PERIODS_PER_YEAR
 ) -> pd.DataFrame:
     """Headline statistics of the tearsheet, from :mod:`backtest.metrics` (which defines them as
     quantstats does: compounded, risk-free rate 0).
@@ -378,7 +379,7 @@ def fallback_html(
     returns: pd.Series,
     benchmark: pd.Series,
     title: str,
-    periods_per_year: int = metrics.PERIODS_PER_YEAR,
+    periods_per_year: int = PERIODS_PER_YEAR,
     reason: str | None = None,
     *,
     evidence: RunEvidence | None = None,

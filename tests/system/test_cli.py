@@ -15,8 +15,9 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from backtest import cli
-from backtest.metrics import HEADLINE_KEYS, dsr, expected_max_sharpe
+from backtest.metrics import HEADLINE_KEYS
 from backtest.reports.study import STUDY_REPORT_FILES
+from backtest.statistics import dsr, expected_max_sharpe
 from backtest.tracking import ARTIFACTS
 from backtest.tracking.layout import COMPARE_IMAGES
 from tests.system.tiny_market import TINY
