@@ -170,7 +170,7 @@ class BacktestResult:
     leak_guard: GuardStatus
     feature_audit: GuardStatus
     feature_cache_hit: bool
-    ndcg_depth: int  # the headline and per-fold NDCG are ndcg_at_<ndcg_depth>
+    ndcg_depth: int  # depth of the headline and per-fold ``ndcg``: the portfolio's top_k (param ndcg_depth)
     #: :func:`backtest.provenance.code_fingerprint` of this process: the source and package versions that
     #: can change the result; it keys the checkpoints (and, for the feature code, the feature cache)
     code_fingerprint: str = ""
@@ -335,9 +335,9 @@ def run_backtest(
     if features.keep_by_gain:
         matrix = _keep_by_gain(matrix, relevance, label.processing, folds[0], ranker_factory, features.keep_by_gain)
     probe = ranker_factory()
-    # The NDCG reported is the one the model trains / early-stops on: its depth (else the stocks bought)
-    # and its gain.
-    ndcg = _Ndcg(depth=probe.ndcg_depth or portfolio.top_k, gain=probe.ndcg_gain)
+    # The NDCG reported is at the stocks bought (never a depth read back from the model), with the gain the
+    # model trains on.
+    ndcg = _Ndcg(depth=portfolio.top_k, gain=probe.ndcg_gain)
     data, samples = _ranking_data(matrix, relevance, label.processing)
 
     code_fp = code_fingerprint()
@@ -426,8 +426,7 @@ def _fold_metrics(fold: Fold, scores: np.ndarray, rows: np.ndarray, index: pd.Mu
     out = {
         "rank_ic": float(daily_ic(s[ok], fwd[ok], method="spearman").mean()) if ok.any() else float("nan"),
         "ic": float(daily_ic(s[ok], fwd[ok]).mean()) if ok.any() else float("nan"),
-        f"ndcg_at_{ndcg.depth}": float(ndcg_at_k(s[ok], rel[ok], k=ndcg.depth, gain=ndcg.gain)) if ok.any()
-        else float("nan"),
+        "ndcg": float(ndcg_at_k(s[ok], rel[ok], k=ndcg.depth, gain=ndcg.gain)) if ok.any() else float("nan"),
         "n_train": float(fold.record.n_train_samples),
         "n_valid": float(fold.record.n_valid_samples),
         "n_purged": float(fold.record.n_purged),

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from backtest.errors import ConfigError, DataContractError, preview
+from backtest.portfolio import DEFAULT_TOP_K
 from backtest.statistics import (
     DEFAULT_BLOCK_LENGTH,
     PERIODS_PER_YEAR,
@@ -42,8 +43,8 @@ from backtest.statistics import (
 
 logger = logging.getLogger(__name__)
 
-#: The headline metrics of a run, in order; ``ndcg_at_5`` stands for ``ndcg_at_<depth>`` with the depth the
-#: model trained on (the portfolio's ``top_k``): :func:`headline_keys` gives the keys for another depth.
+#: The headline metrics of a run, in order. Keys are names, never values: ``ndcg`` is the NDCG at the
+#: portfolio's ``top_k`` whatever that depth is (the run records it as the param ``ndcg_depth``).
 HEADLINE_KEYS: tuple[str, ...] = (
     "sharpe",
     "sortino",
@@ -64,22 +65,13 @@ HEADLINE_KEYS: tuple[str, ...] = (
     "rank_ic_mean",
     "rank_ic_se",
     "icir",
-    "ndcg_at_5",
+    "ndcg",
     "turnover",
     "psr",
     "dsr",
     "sharpe_ci_low",
     "sharpe_ci_high",
 )
-
-
-def headline_keys(ndcg_depth: int = 5) -> tuple[str, ...]:
-    """:data:`HEADLINE_KEYS` with the NDCG key of depth ``ndcg_depth``.
-
-    >>> [k for k in headline_keys(3) if k.startswith("ndcg")]
-    ['ndcg_at_3']
-    """
-    return tuple(f"ndcg_at_{ndcg_depth}" if key == "ndcg_at_5" else key for key in HEADLINE_KEYS)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -425,7 +417,7 @@ def _relevance_levels(frame: pd.DataFrame, day_codes: np.ndarray, code_codes: np
 def daily_ndcg(
     scores: pd.Series,
     relevance: pd.Series,
-    k: int = 5,
+    k: int = DEFAULT_TOP_K,
     gain: str | Sequence[float] = "linear",
     grades: int = NDCG_GRADES,
 ) -> pd.Series:
@@ -446,7 +438,7 @@ def daily_ndcg(
     scores : Series indexed by (date, code)
     relevance : Series indexed by (date, code)
         Relevance levels (>= 0), or a real-valued label (graded per day).
-    k : int, the depth (names bought).
+    k : int, the depth: the names bought (``portfolio.top_k``, default :data:`backtest.portfolio.DEFAULT_TOP_K`).
     gain : a gain name of :func:`relevance_gains` or one gain per level.
     grades : levels a real-valued relevance is graded into.
 
@@ -482,22 +474,23 @@ def daily_ndcg(
     ideal = dcg(np.lexsort((code_codes, -rel, day_codes)))
     with np.errstate(invalid="ignore", divide="ignore"):
         ndcg = np.where(ideal > 0, actual / ideal, np.nan)
-    return pd.Series(ndcg, index=pd.DatetimeIndex(days, name="date"), name=f"ndcg_at_{k}")
+    return pd.Series(ndcg, index=pd.DatetimeIndex(days, name="date"), name="ndcg")
 
 
 def ndcg_at_k(
     scores: pd.Series,
     relevance: pd.Series,
-    k: int = 5,
+    k: int = DEFAULT_TOP_K,
     gain: str | Sequence[float] = "linear",
     grades: int = NDCG_GRADES,
 ) -> float:
     """Mean of :func:`daily_ndcg` over the days where it is defined.
 
-    The headline metric (``ndcg_at_5`` and the per-fold NDCG) is the one the model trained and early
-    stopped on: depth ``k = ranker.ndcg_depth`` (the stocks bought, ``portfolio.top_k``, 5 by default)
-    and gain ``ranker.ndcg_gain`` (``"linear"`` by default for both models, see :func:`relevance_gains`),
-    on the label's relevance levels (a real-valued label graded per day into 10 bins).
+    The headline metric ``ndcg`` (and the per-fold ``ndcg``) is at depth ``k = portfolio.top_k`` (the
+    stocks bought, recorded as the param ``ndcg_depth``; the models' configs train and early-stop at the
+    same depth) with the gain the model trains on, ``ranker.ndcg_gain`` (``"linear"`` by default for both
+    models, see :func:`relevance_gains`), on the label's relevance levels (a real-valued label graded per
+    day into 10 bins).
 
     >>> idx = pd.MultiIndex.from_product([pd.to_datetime(["2024-01-02"]), ["a", "b", "c"]])
     >>> scores = pd.Series([3.0, 2.0, 1.0], index=idx)
@@ -556,7 +549,7 @@ def headline_metrics(
     rng: np.random.Generator | None = None,
     n_boot: int = 1000,
     block_length: float = DEFAULT_BLOCK_LENGTH,
-    ndcg_depth: int = 5,
+    ndcg_depth: int = DEFAULT_TOP_K,
     ndcg_gain: str | Sequence[float] = "linear",
     ic_lags: int = 4,
 ) -> dict[str, float]:
@@ -571,23 +564,22 @@ def headline_metrics(
     scores, labels : Series indexed by (date, code), optional
         Out-of-sample scores and realised forward returns, for ``ic_mean``, ``rank_ic_mean``, ``icir``.
     relevance : Series indexed by (date, code), optional
-        Relevance levels for ``ndcg_at_<ndcg_depth>``.
+        Relevance levels for ``ndcg``.
     turnover : float, optional
         Annualised one-way turnover (``PortfolioResult.annual_turnover``).
     n_trials, trial_sharpe_var : int, float
         For ``dsr`` (see :func:`backtest.statistics.dsr`); the defaults make ``dsr == psr``.
     rng : numpy Generator, optional
         Seeded generator for ``sharpe_ci_low`` / ``sharpe_ci_high``; without one they are NaN.
-    ndcg_depth, ndcg_gain : the NDCG the model trained / early-stopped on (:func:`ndcg_at_k`); its key
-        is ``ndcg_at_<ndcg_depth>`` (``ndcg_at_5`` with the default portfolio of 5 stocks).
+    ndcg_depth, ndcg_gain : depth (the portfolio's ``top_k``) and gain of ``ndcg`` (:func:`ndcg_at_k`); the
+        key does not depend on the depth.
     ic_lags : lags of ``rank_ic_se``, the Newey-West standard error of ``rank_ic_mean``
         (:func:`backtest.statistics.hac_standard_error`): the label horizon less one day (4 for the 5-day label).
 
     Returns
     -------
-    dict[str, float] with every key of ``HEADLINE_KEYS`` (``ndcg_at_5`` there stands for
-    ``ndcg_at_<ndcg_depth>``; NaN where the inputs were not given or the value is undefined, e.g. IC
-    and NDCG when no scored sample has a known label yet). Extras beyond docs/design.md:
+    dict[str, float] with every key of ``HEADLINE_KEYS`` (NaN where the inputs were not given or the value
+    is undefined, e.g. IC and NDCG when no scored sample has a known label yet). Extras beyond docs/design.md:
     ``win_rate_vs_ew_daily``, ``benchmark_ann_return``, ``benchmark_sharpe``, ``sharpe_ci_low``,
     ``sharpe_ci_high``, ``rank_ic_se``.
     """
@@ -619,9 +611,9 @@ def headline_metrics(
         out["icir"] = icir(scores, labels)
     else:
         out.update(ic_mean=nan, rank_ic_mean=nan, rank_ic_se=nan, icir=nan)
-    out[f"ndcg_at_{ndcg_depth}"] = (ndcg_at_k(scores, relevance, ndcg_depth, ndcg_gain)
-                                    if scores is not None and relevance is not None and _has_pairs(scores, relevance)
-                                    else nan)
+    out["ndcg"] = (ndcg_at_k(scores, relevance, ndcg_depth, ndcg_gain)
+                   if scores is not None and relevance is not None and _has_pairs(scores, relevance)
+                   else nan)
     out["turnover"] = float(turnover) if turnover is not None else nan
     out["psr"] = psr(strategy)
     out["dsr"] = dsr(strategy, n_trials, trial_sharpe_var)
@@ -629,6 +621,5 @@ def headline_metrics(
         out["sharpe_ci_low"], out["sharpe_ci_high"] = sharpe_ci(strategy, rng, n_boot, block_length)
     else:
         out.update(sharpe_ci_low=nan, sharpe_ci_high=nan)
-    keys = headline_keys(ndcg_depth)
-    assert set(out) == set(keys), set(out) ^ set(keys)
-    return {key: out[key] for key in keys}
+    assert set(out) == set(HEADLINE_KEYS), set(out) ^ set(HEADLINE_KEYS)
+    return {key: out[key] for key in HEADLINE_KEYS}

@@ -13,6 +13,7 @@ import pytest
 from backtest import metrics
 from backtest.errors import ConfigError, DataContractError
 from backtest.labels import cross_sectional_target
+from backtest.portfolio import DEFAULT_TOP_K
 
 logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
 with warnings.catch_warnings():
@@ -230,7 +231,7 @@ def test_headline_metrics_keys_and_values():
     assert list(out) == list(metrics.HEADLINE_KEYS)
     assert {"sharpe", "sortino", "ann_return", "cum_return", "ann_vol", "max_drawdown", "win_rate_vs_ew",
             "excess_ann_return", "sharpe_ex_best_month", "ann_return_ex_best_month", "sharpe_ex_best_3_months",
-            "ann_return_ex_best_3_months", "ic_mean", "rank_ic_mean", "icir", "ndcg_at_5", "turnover", "psr",
+            "ann_return_ex_best_3_months", "ic_mean", "rank_ic_mean", "icir", "ndcg", "turnover", "psr",
             "dsr"} <= set(out)
     assert all(isinstance(v, float) and math.isfinite(v) for v in out.values())
     assert out["sharpe"] == metrics.sharpe(s)
@@ -242,22 +243,24 @@ def test_headline_metrics_keys_and_values():
     assert out["dsr"] < out["psr"]
     assert out["sharpe_ci_low"] < out["sharpe"] < out["sharpe_ci_high"]
     bare = metrics.headline_metrics(s, b, periods)
-    assert all(math.isnan(bare[k]) for k in ("ic_mean", "rank_ic_mean", "rank_ic_se", "icir", "ndcg_at_5", "turnover",
+    assert all(math.isnan(bare[k]) for k in ("ic_mean", "rank_ic_mean", "rank_ic_se", "icir", "ndcg", "turnover",
                                              "sharpe_ci_low", "sharpe_ci_high"))
     assert bare["dsr"] == bare["psr"]
 
 
 def test_the_headline_ndcg_follows_the_portfolio_depth():
-    """A portfolio of 3 stocks reports ndcg_at_3 (the depth its model trained on), not ndcg_at_5."""
+    """A portfolio of 3 stocks reports its NDCG@3 under the one key ``ndcg``: the keys never carry the depth."""
     rng = np.random.default_rng(3)
     s, b = daily(rng.normal(0.001, 0.01, 300)), daily(rng.normal(0.0005, 0.008, 300))
     periods = pd.DataFrame({"strategy": [0.01, -0.02], "benchmark": [0.0, 0.0]})
     scores, labels = ic_example()
     at = {k: metrics.headline_metrics(s, b, periods, scores=scores, labels=labels, relevance=labels.clip(lower=0),
                                       ndcg_depth=k) for k in (1, 3)}
-    assert list(at[3]) == list(metrics.headline_keys(3)) and "ndcg_at_5" not in at[3]
-    assert at[3]["ndcg_at_3"] == metrics.ndcg_at_k(scores, labels.clip(lower=0), 3)
-    assert at[1]["ndcg_at_1"] == metrics.ndcg_at_k(scores, labels.clip(lower=0), 1) != at[3]["ndcg_at_3"]
+    assert list(at[3]) == list(at[1]) == list(metrics.HEADLINE_KEYS) and "ndcg_at_5" not in at[3]
+    assert at[3]["ndcg"] == metrics.ndcg_at_k(scores, labels.clip(lower=0), 3)
+    assert at[1]["ndcg"] == metrics.ndcg_at_k(scores, labels.clip(lower=0), 1) != at[3]["ndcg"]
+    default = metrics.headline_metrics(s, b, periods, scores=scores, labels=labels, relevance=labels.clip(lower=0))
+    assert default["ndcg"] == metrics.ndcg_at_k(scores, labels.clip(lower=0), DEFAULT_TOP_K)  # the portfolio's
 
 
 def test_bad_return_series_are_rejected_with_a_reason():

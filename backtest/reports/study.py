@@ -103,10 +103,11 @@ class StudyReport:
     trials : one row per trial (index ``trial``, in the column order of the returns): ``sharpe``,
         ``sharpe_ci_low`` / ``sharpe_ci_high`` (stationary bootstrap), ``ann_return``, ``max_drawdown``,
         ``sharpe_ex_best_month``, ``ann_return_ex_best_month``, ``sharpe_ex_best_3_months``,
-        ``ann_return_ex_best_3_months``, ``rank_ic_mean`` and ``turnover`` (from ``trial_metrics``, else
-        NaN), ``psr``, ``dsr`` (study-wide: ``n_trials`` and the variance of the trials' Sharpes),
-        ``diff_vs_baseline`` (annualised Sharpe difference), ``diff_ci_low`` / ``diff_ci_high`` (paired
-        bootstrap), ``verdict``, then the config columns of ``trial_metrics`` that differ between trials.
+        ``ann_return_ex_best_3_months``, the :data:`TRIAL_RUN_METRICS` (``rank_ic_mean``, ``rank_ic_se``,
+        ``baseline_factor_rank_ic_mean``, ``ndcg``, ``turnover``: from ``trial_metrics``, else NaN), ``psr``,
+        ``dsr`` (study-wide: ``n_trials`` and the variance of the trials' Sharpes), ``diff_vs_baseline``
+        (annualised Sharpe difference), ``diff_ci_low`` / ``diff_ci_high`` (paired bootstrap), ``verdict``,
+        then the config columns of ``trial_metrics`` that differ between trials.
     years : one row per (``year``, ``series``) for every trial and the benchmark (:data:`BENCHMARK_COLUMN`):
         ``n_days``, ``return`` (compounded over the year), ``excess_return`` (minus the benchmark's),
         ``sharpe``, ``max_drawdown`` (within the year).
@@ -157,6 +158,7 @@ _TRIAL_COLUMNS = (
     "rank_ic_mean",
     "rank_ic_se",
     "baseline_factor_rank_ic_mean",
+    "ndcg",
     "turnover",
     "psr",
     "dsr",
@@ -166,8 +168,9 @@ _TRIAL_COLUMNS = (
     "verdict",
 )
 #: The run metrics a study's trials table reads from each trial's run (the rest is computed from returns):
-#: the rank IC with its standard error, the best single factor's rank IC on the same folds, turnover.
-TRIAL_RUN_METRICS = ("rank_ic_mean", "rank_ic_se", "baseline_factor_rank_ic_mean", "turnover")
+#: the rank IC with its standard error, the best single factor's rank IC on the same folds, the NDCG at the
+#: trial's own ``top_k`` (one key whatever the depth, so a sweep over ``portfolio.top_k`` keeps it), turnover.
+TRIAL_RUN_METRICS = ("rank_ic_mean", "rank_ic_se", "baseline_factor_rank_ic_mean", "ndcg", "turnover")
 
 
 def _aligned_returns(returns: pd.DataFrame, benchmark: pd.Series, notes: list[str]) -> pd.DataFrame:
@@ -226,7 +229,7 @@ def _config_columns(trial_metrics: pd.DataFrame, names: list[str]) -> list[str]:
         str(c)
         for c in trial_metrics.columns
         if str(c) not in skip
-        and not str(c).startswith(("metrics.", "tags.", "ndcg_at_"))  # the NDCG key follows top_k
+        and not str(c).startswith(("metrics.", "tags."))
         and rows[c].nunique(dropna=False) > 1
     ]
 
@@ -261,9 +264,10 @@ def build_study_report(
     benchmark : Series indexed by date, the equal-weight universe's daily return.
     title : report title.
     trial_metrics : DataFrame indexed by trial name, optional
-        ``rank_ic_mean`` and ``turnover`` (or ``metrics.rank_ic_mean`` / ``metrics.turnover``) are read
-        from it; its other columns that are not metrics (``metrics.*``, ``tags.*``, headline keys) and
-        differ between the trials are copied as the trials' config (e.g. ``params.model.lr``).
+        the :data:`TRIAL_RUN_METRICS` (``rank_ic_mean``, ``turnover``, ... or ``metrics.rank_ic_mean``,
+        ``metrics.turnover``, ...) are read from it; its other columns that are not metrics (``metrics.*``,
+        ``tags.*``, headline keys) and differ between the trials are copied as the trials' config (e.g.
+        ``params.model.lr``).
     n_trials : trials counted for the DSR, default the number of columns; pass more when trials failed
         or were discarded (they were tried, so they deflate the winner). Not fewer than the columns.
     baseline : trial every other is compared with (default the first column).

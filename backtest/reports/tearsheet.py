@@ -47,6 +47,7 @@ import pandas as pd
 
 from backtest import metrics
 from backtest.baselines import comparison_table, factor_verdict
+from backtest.portfolio import DEFAULT_TOP_K
 from backtest.reports.returns import check_daily_returns
 from backtest.statistics import PERIODS_PER_YEAR
 
@@ -91,10 +92,10 @@ class RunEvidence:
         ``sharpe_ex_best_month``, ``ann_return_ex_best_month``, ``sharpe_ex_best_3_months``,
         ``ann_return_ex_best_3_months``, ``sharpe_ci_low``, ``sharpe_ci_high``, ``psr``, ``dsr`` (or, for
         a sweep's job, ``dsr_provisional``),
-        ``rank_ic_mean``, ``icir``, ``ndcg_at_<ndcg_depth>``; a missing key shows as ``-``.
+        ``rank_ic_mean``, ``icir``, ``ndcg``; a missing key shows as ``-``.
     leak_guard, feature_audit : the guard verdicts (``passed`` / ``failed`` / ``disabled``).
     comparable : :func:`backtest.leakage.is_comparable` of the two.
-    ndcg_depth : which ``ndcg_at_<k>`` is the headline NDCG.
+    ndcg_depth : the depth of ``ndcg`` (the portfolio's ``top_k``), shown in its label.
     run_name, run_id : the tracked run, named on the page.
     """
 
@@ -102,7 +103,7 @@ class RunEvidence:
     leak_guard: str = "unknown"
     feature_audit: str = "unknown"
     comparable: bool = False
-    ndcg_depth: int = 5
+    ndcg_depth: int = DEFAULT_TOP_K
     run_name: str | None = None
     run_id: str | None = None
 
@@ -241,7 +242,7 @@ def robustness_html(evidence: RunEvidence | None, *, ndays: int | None = None,
         _dsr_row(m),
         ("rank IC (mean daily)", _fmt(m.get("rank_ic_mean"), "+.4f")),
         ("ICIR", _fmt(m.get("icir"), "+.3f")),
-        (f"NDCG@{k}", _fmt(m.get(f"ndcg_at_{k}"), ".4f")),
+        (f"NDCG@{k}", _fmt(m.get("ndcg"), ".4f")),
     ])
     guards = "".join(
         f"<tr><td>{label}</td><td class='{'pass' if ok else 'fail'}'>{html.escape(value)}</td></tr>"
