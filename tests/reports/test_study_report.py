@@ -51,6 +51,7 @@ def study_inputs() -> tuple[pd.DataFrame, pd.Series, pd.DataFrame]:
         {
             "rank_ic_mean": [0.01, 0.03, -0.01, 0.0],
             "metrics.turnover": [12.0, 13.0, 11.0, 12.5],
+            "metrics.ndcg": [0.5, 0.6, 0.4, 0.5],  # one key at every trial's depth (param ndcg_depth)
             "params.model.lr": [0.05, 0.1, 0.01, 0.05],
             "params.seed": [7, 7, 7, 7],  # the same everywhere: not a config difference
             "metrics.sharpe": [9.0, 9.0, 9.0, 9.0],  # a metric, never copied
@@ -96,6 +97,7 @@ def test_report_numbers_equal_the_metrics(study) -> None:
     # from trial_metrics: the metrics and the config that varies, nothing else
     assert study.trials.loc["better", "rank_ic_mean"] == 0.03
     assert study.trials.loc["worse", "turnover"] == 11.0
+    assert study.trials["ndcg"].tolist() == [0.5, 0.6, 0.4, 0.5]
     assert study.trials["params.model.lr"].tolist() == [0.05, 0.1, 0.01, 0.05]
     assert "params.seed" not in study.trials.columns and "metrics.sharpe" not in study.trials.columns
 
