@@ -42,17 +42,10 @@ from backtest.features.build import FeatureMatrix
 from backtest.features.cross_section import DailyCrossSection
 from backtest.labels import Labels
 from backtest.leakage import fold_rows
-from backtest.metrics import (
-    ann_return,
-    daily_ic,
-    drop_best_months,
-    hac_standard_error,
-    headline_metrics,
-    paired_sharpe_difference,
-    sharpe,
-)
+from backtest.metrics import ann_return, daily_ic, drop_best_months, headline_metrics, sharpe
 from backtest.portfolio import PortfolioResult, PortfolioSpec, simulate
 from backtest.splits import Fold
+from backtest.statistics import hac_standard_error, paired_sharpe_difference
 
 log = logging.getLogger(__name__)
 

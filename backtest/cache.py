@@ -4,7 +4,7 @@ and fill numba's: ``python -m backtest.cache compile`` (the setup runs it).
 The feature cache (``.cache/features``) holds feature matrices keyed by data fingerprint, feature set and
 the feature code's fingerprint; the checkpoints (``.cache/checkpoints``) hold finished folds of backtests,
 keyed by everything a fold depends on including the code fingerprint
-(:func:`backtest.provenance.code_fingerprint`), so that a killed run resumes. Every entry carries a
+(:func:`backtest.code_fingerprint.code_fingerprint`), so that a killed run resumes. Every entry carries a
 checksum checked on load: a damaged one is discarded with a warning and recomputed. Both are safe to
 delete at any time; entries of older code are never read again, and ``clear`` removes them.
 

@@ -45,6 +45,7 @@ import pandas as pd
 
 from backtest.baselines import Baselines, run_baselines
 from backtest.checksum import CHECKSUM_ALGORITHM, checksum
+from backtest.code_fingerprint import code_fingerprint
 from backtest.errors import ConfigError, FeatureAuditError, InsufficientHistoryError
 from backtest.features.audit import AuditReport, audit_features, choose_cutoffs
 from backtest.features.build import FeatureMatrix, build_features
@@ -52,10 +53,9 @@ from backtest.features.cache import CorruptEntryError, load_or_build_features
 from backtest.features.registry import FeatureRegistry
 from backtest.features.sets import FeatureSetSpec, select_by_gain
 from backtest.labels import Labels, LabelSpec, make_labels
-from backtest.leakage import GuardStatus, LeakageRecord, feature_audit_status, fold_rows, leak_guard_status
+from backtest.leakage import GuardStatus, LeakageRecord, fold_rows, leak_guard_status
 from backtest.metrics import daily_ic, headline_metrics, ndcg_at_k, rank_ic_mean
 from backtest.portfolio import PortfolioResult, PortfolioSpec, check_universe, simulate
-from backtest.provenance import code_fingerprint
 from backtest.splits import Fold, RollingSchedule
 from models.base import LEVEL_PROCESSINGS, Ranker, RankingData
 
@@ -170,7 +170,7 @@ class BacktestResult:
     leak_guard: GuardStatus
     feature_audit: GuardStatus
     feature_cache_hit: bool
-    ndcg_depth: int  # the headline and per-fold NDCG are ndcg_at_<ndcg_depth>
+    ndcg_depth: int  # depth of the headline and per-fold ``ndcg``: the portfolio's top_k (param ndcg_depth)
     #: :func:`backtest.provenance.code_fingerprint` of this process: the source and package versions that
     #: can change the result; it keys the checkpoints (and, for the feature code, the feature cache)
     code_fingerprint: str = ""
@@ -335,9 +335,9 @@ def run_backtest(
     if features.keep_by_gain:
         matrix = _keep_by_gain(matrix, relevance, label.processing, folds[0], ranker_factory, features.keep_by_gain)
     probe = ranker_factory()
-    # The NDCG reported is the one the model trains / early-stops on: its depth (else the stocks bought)
-    # and its gain.
-    ndcg = _Ndcg(depth=probe.ndcg_depth or portfolio.top_k, gain=probe.ndcg_gain)
+    # The NDCG reported is at the stocks bought (never a depth read back from the model), with the gain the
+    # model trains on.
+    ndcg = _Ndcg(depth=portfolio.top_k, gain=probe.ndcg_gain)
     data, samples = _ranking_data(matrix, relevance, label.processing)
 
     code_fp = code_fingerprint()
@@ -391,7 +391,7 @@ def run_backtest(
     return BacktestResult(
         scores=scores, portfolio=result, metrics=metrics, fold_metrics=fold_metrics, records=records,
         importance=importance, audit=audit, labels=labels, features=matrix, feature_names=list(matrix.names),
-        leak_guard=leak_guard_status(records), feature_audit=feature_audit_status(audit),
+        leak_guard=leak_guard_status(records), feature_audit="disabled" if audit is None else audit.status,
         feature_cache_hit=cache_hit, ndcg_depth=ndcg.depth, code_fingerprint=code_fp, baselines=baselines,
         resumed_folds=sum(o.resumed for o in outcomes),
         resumed_from=",".join(sorted(ckpt.resumed_from)) if ckpt and ckpt.resumed_from else None,
@@ -426,8 +426,7 @@ def _fold_metrics(fold: Fold, scores: np.ndarray, rows: np.ndarray, index: pd.Mu
     out = {
         "rank_ic": float(daily_ic(s[ok], fwd[ok], method="spearman").mean()) if ok.any() else float("nan"),
         "ic": float(daily_ic(s[ok], fwd[ok]).mean()) if ok.any() else float("nan"),
-        f"ndcg_at_{ndcg.depth}": float(ndcg_at_k(s[ok], rel[ok], k=ndcg.depth, gain=ndcg.gain)) if ok.any()
-        else float("nan"),
+        "ndcg": float(ndcg_at_k(s[ok], rel[ok], k=ndcg.depth, gain=ndcg.gain)) if ok.any() else float("nan"),
         "n_train": float(fold.record.n_train_samples),
         "n_valid": float(fold.record.n_valid_samples),
         "n_purged": float(fold.record.n_purged),

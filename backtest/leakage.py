@@ -7,8 +7,9 @@ This module holds what the engine, the tracking tags and the reports share about
 - :class:`LeakageRecord`: one fold's evidence (cutoffs, the largest ``label_end`` used, purged counts);
 - :func:`check_fold`: the rule itself, checked against ``label_end`` (raises :class:`LeakageError`);
 - :func:`fold_rows`: which rows of a (date, code) table a fold trains, validates and predicts on;
-- :func:`leak_guard_status`, :func:`feature_audit_status` and :func:`is_comparable`: the verdicts
-  that become the ``leak_guard``, ``feature_audit`` and ``comparable`` tags.
+- :data:`GUARD_STATUSES`, :func:`leak_guard_status` and :func:`is_comparable`: the verdicts that become
+  the ``leak_guard``, ``feature_audit`` and ``comparable`` tags (the audit's own verdict is
+  :attr:`backtest.features.audit.AuditReport.status`; a run without a report switched the audit off).
 
 The verdicts (tag values)::
 
@@ -34,15 +35,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 import pandas as pd
 
 from backtest.errors import DataContractError, InsufficientHistoryError, LeakageError, preview
-
-if TYPE_CHECKING:
-    from backtest.features.audit import AuditReport
 
 GuardStatus = Literal["passed", "failed", "disabled"]
 
@@ -121,13 +119,6 @@ def leak_guard_status(records: Iterable[LeakageRecord]) -> GuardStatus:
     if any(not r.purge for r in records):
         return "disabled"
     return "failed" if any(r.leaky for r in records) else "passed"
-
-
-def feature_audit_status(report: AuditReport | None) -> GuardStatus:
-    """The ``feature_audit`` verdict: ``disabled`` without a report (the audit was switched off)."""
-    if report is None:
-        return "disabled"
-    return "passed" if report.passed else "failed"
 
 
 def is_comparable(leak_guard: str, feature_audit: str) -> bool:

@@ -15,7 +15,9 @@ Conventions (all functions)
   aligned on their common keys and rows with a NaN on either side are dropped.
 
 Headline keys are those of docs/design.md ("Headline MLflow metric keys"); :func:`headline_metrics`
-returns them all (``n_folds`` is the engine's), NaN where the inputs for one were not given.
+returns them all (``n_folds`` is the engine's), NaN where the inputs for one were not given. Its
+statistics (PSR, DSR, the Sharpe ratio's bootstrap interval, the Newey-West error of the rank IC) and the
+return-series checks come from :mod:`backtest.statistics`.
 """
 
 from __future__ import annotations
@@ -25,19 +27,24 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
 
 from backtest.errors import ConfigError, DataContractError, preview
+from backtest.portfolio import DEFAULT_TOP_K
+from backtest.statistics import (
+    DEFAULT_BLOCK_LENGTH,
+    PERIODS_PER_YEAR,
+    annualised_sharpe,
+    dsr,
+    hac_standard_error,
+    psr,
+    returns_values,
+    sharpe_ci,
+)
 
 logger = logging.getLogger(__name__)
 
-PERIODS_PER_YEAR = 252
-EULER_GAMMA = 0.5772156649015329
-#: Mean block length (trading days) of the stationary bootstrap of the Sharpe ratio.
-DEFAULT_BLOCK_LENGTH = 10
-
-#: The headline metrics of a run, in order; ``ndcg_at_5`` stands for ``ndcg_at_<depth>`` with the depth the
-#: model trained on (the portfolio's ``top_k``): :func:`headline_keys` gives the keys for another depth.
+#: The headline metrics of a run, in order. Keys are names, never values: ``ndcg`` is the NDCG at the
+#: portfolio's ``top_k`` whatever that depth is (the run records it as the param ``ndcg_depth``).
 HEADLINE_KEYS: tuple[str, ...] = (
     "sharpe",
     "sortino",
@@ -58,7 +65,7 @@ HEADLINE_KEYS: tuple[str, ...] = (
     "rank_ic_mean",
     "rank_ic_se",
     "icir",
-    "ndcg_at_5",
+    "ndcg",
     "turnover",
     "psr",
     "dsr",
@@ -67,40 +74,13 @@ HEADLINE_KEYS: tuple[str, ...] = (
 )
 
 
-def headline_keys(ndcg_depth: int = 5) -> tuple[str, ...]:
-    """:data:`HEADLINE_KEYS` with the NDCG key of depth ``ndcg_depth``.
-
-    >>> [k for k in headline_keys(3) if k.startswith("ndcg")]
-    ['ndcg_at_3']
-    """
-    return tuple(f"ndcg_at_{ndcg_depth}" if key == "ndcg_at_5" else key for key in HEADLINE_KEYS)
-
-
 # --------------------------------------------------------------------------------------------------
 # Input checks
 
 
-def _returns_array(returns: pd.Series, name: str = "returns") -> np.ndarray:
-    if not isinstance(returns, pd.Series):
-        raise DataContractError(
-            f"{name} must be a pandas Series of daily returns indexed by date; received "
-            f"{type(returns).__name__}."
-        )
-    values = returns.to_numpy(np.float64)
-    bad = ~np.isfinite(values)
-    if bad.any():
-        raise DataContractError(
-            f"{name} has {int(bad.sum())} NaN/inf values (e.g. on {preview(returns.index[bad], 3)}); a "
-            "return series must be complete. Fill days without a position with 0 before computing metrics."
-        )
-    if (values < -1).any():
-        raise DataContractError(f"{name} has returns below -100%; expected simple returns (0.01 = 1%).")
-    return values
-
-
 def _paired(strategy: pd.Series, benchmark: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    s = _returns_array(strategy, "strategy returns")
-    b = _returns_array(benchmark, "benchmark returns")
+    s = returns_values(strategy, "strategy returns")
+    b = returns_values(benchmark, "benchmark returns")
     if not strategy.index.equals(benchmark.index):
         raise DataContractError(
             f"strategy and benchmark returns must share one date index; they have {len(strategy)} and "
@@ -115,7 +95,7 @@ def _paired(strategy: pd.Series, benchmark: pd.Series) -> tuple[np.ndarray, np.n
 
 def cum_return(returns: pd.Series) -> float:
     """Compounded total return ``prod(1 + r) - 1`` of a Series of daily returns indexed by date."""
-    return float(np.prod(1.0 + _returns_array(returns)) - 1.0)
+    return float(np.prod(1.0 + returns_values(returns)) - 1.0)
 
 
 def ann_return(returns: pd.Series, periods_per_year: int = PERIODS_PER_YEAR) -> float:
@@ -127,7 +107,7 @@ def ann_return(returns: pd.Series, periods_per_year: int = PERIODS_PER_YEAR) -> 
     >>> round(ann_return(pd.Series([0.01] * 126)), 6)  # 1.01 ** 252 - 1
     11.274002
     """
-    values = _returns_array(returns)
+    values = returns_values(returns)
     if len(values) == 0:
         return float("nan")
     return float(np.prod(1.0 + values) ** (periods_per_year / len(values)) - 1.0)
@@ -135,7 +115,7 @@ def ann_return(returns: pd.Series, periods_per_year: int = PERIODS_PER_YEAR) -> 
 
 def ann_vol(returns: pd.Series, periods_per_year: int = PERIODS_PER_YEAR) -> float:
     """Annualised volatility ``std(ddof=1) * sqrt(periods_per_year)``; NaN with fewer than 2 returns."""
-    values = _returns_array(returns)
+    values = returns_values(returns)
     if len(values) < 2:
         return float("nan")
     return float(values.std(ddof=1) * np.sqrt(periods_per_year))
@@ -149,17 +129,8 @@ def sharpe(returns: pd.Series, periods_per_year: int = PERIODS_PER_YEAR) -> floa
     >>> round(sharpe(pd.Series([0.01, -0.01, 0.02, 0.0])), 6)  # 0.005 / 0.0129099 * sqrt(252)
     6.14817
     """
-    values = _returns_array(returns)
-    return _sharpe_of(values, periods_per_year)
-
-
-def _sharpe_of(values: np.ndarray, periods_per_year: int) -> float:
-    if len(values) < 2:
-        return float("nan")
-    std = values.std(ddof=1)
-    if not std > 0:
-        return float("nan")
-    return float(values.mean() / std * np.sqrt(periods_per_year))
+    values = returns_values(returns)
+    return annualised_sharpe(values, periods_per_year)
 
 
 def sortino(returns: pd.Series, periods_per_year: int = PERIODS_PER_YEAR) -> float:
@@ -167,7 +138,7 @@ def sortino(returns: pd.Series, periods_per_year: int = PERIODS_PER_YEAR) -> flo
 
     The downside deviation divides by all ``n`` periods (as quantstats does). NaN without a loss.
     """
-    values = _returns_array(returns)
+    values = returns_values(returns)
     if len(values) == 0:
         return float("nan")
     downside = np.sqrt(np.sum(np.minimum(values, 0.0) ** 2) / len(values))
@@ -184,7 +155,7 @@ def max_drawdown(returns: pd.Series) -> float:
     >>> max_drawdown(pd.Series([0.1, -0.5, 0.2]))
     -0.5
     """
-    values = _returns_array(returns)
+    values = returns_values(returns)
     if len(values) == 0:
         return float("nan")
     equity = np.cumprod(1.0 + values)
@@ -248,7 +219,7 @@ def drop_best_months(returns: pd.Series, n_months: int = 1) -> pd.Series:
     -------
     Series indexed by date, the remaining days in their original order.
     """
-    _returns_array(returns)
+    returns_values(returns)
     if not isinstance(returns.index, pd.DatetimeIndex):
         raise DataContractError(
             f"drop_best_months needs returns indexed by a DatetimeIndex; received {type(returns.index).__name__}."
@@ -262,226 +233,7 @@ def drop_best_months(returns: pd.Series, n_months: int = 1) -> pd.Series:
 
 
 # --------------------------------------------------------------------------------------------------
-# Probabilistic and deflated Sharpe ratio (Bailey & Lopez de Prado)
-
-
-def psr(returns: pd.Series, sharpe_benchmark: float = 0.0) -> float:
-    """Probabilistic Sharpe ratio: the probability that the true Sharpe exceeds ``sharpe_benchmark``.
-
-    ``PSR = Phi((SR - SR*) * sqrt(n - 1) / sqrt(1 - skew * SR + (kurt - 1) / 4 * SR^2))`` with the
-    per-period (not annualised) ``SR = mean / std(ddof=1)``, ``skew`` and ``kurt`` (raw, 3 for a
-    normal) the bias-corrected sample moments of pandas (Bailey & Lopez de Prado 2012). With
-    ``sharpe_benchmark=0`` it equals ``quantstats.stats.probabilistic_sharpe_ratio``.
-
-    Parameters
-    ----------
-    returns : Series of daily returns indexed by date
-    sharpe_benchmark : float
-        ``SR*``, per period (divide an annualised value by ``sqrt(252)``).
-    """
-    values = _returns_array(returns)
-    if len(values) < 4:
-        return float("nan")
-    std = values.std(ddof=1)
-    if not std > 0:
-        return float("nan")
-    sr = values.mean() / std
-    series = pd.Series(values)
-    skew = float(series.skew())
-    kurt = float(series.kurt()) + 3.0
-    variance = 1.0 - skew * sr + (kurt - 1.0) / 4.0 * sr**2
-    if not variance > 0:
-        return float("nan")
-    return float(norm.cdf((sr - sharpe_benchmark) * np.sqrt(len(values) - 1) / np.sqrt(variance)))
-
-
-def expected_max_sharpe(n_trials: int, trial_sharpe_var: float) -> float:
-    """Expected maximum of ``n_trials`` Sharpe ratios with zero mean and variance ``trial_sharpe_var``.
-
-    ``sqrt(V) * ((1 - g) * Phi^-1(1 - 1/N) + g * Phi^-1(1 - 1/(N e)))`` with ``g`` the Euler-Mascheroni
-    constant; defined as 0 for ``N = 1`` or ``V = 0`` (one trial selects nothing). Units are those of
-    ``trial_sharpe_var`` (its square root).
-    """
-    if n_trials < 1 or trial_sharpe_var < 0:
-        raise DataContractError(
-            f"expected_max_sharpe needs n_trials >= 1 and trial_sharpe_var >= 0; received "
-            f"n_trials={n_trials}, trial_sharpe_var={trial_sharpe_var}."
-        )
-    if n_trials == 1 or trial_sharpe_var == 0:
-        return 0.0
-    quantiles = (1 - EULER_GAMMA) * norm.ppf(1 - 1 / n_trials) + EULER_GAMMA * norm.ppf(1 - 1 / (n_trials * np.e))
-    return float(np.sqrt(trial_sharpe_var) * quantiles)
-
-
-def dsr(
-    returns: pd.Series,
-    n_trials: int = 1,
-    trial_sharpe_var: float = 0.0,
-    periods_per_year: int = PERIODS_PER_YEAR,
-) -> float:
-    """Deflated Sharpe ratio: PSR against the Sharpe expected from the best of ``n_trials`` tries.
-
-    ``DSR = psr(returns, SR0)`` with ``SR0 = expected_max_sharpe(n_trials, trial_sharpe_var /
-    periods_per_year)`` (Bailey & Lopez de Prado 2014).
-
-    Parameters
-    ----------
-    returns : Series of daily returns indexed by date, of the selected trial
-    n_trials : int
-        Number of (independent) configurations tried, the selected one included.
-    trial_sharpe_var : float
-        Variance across the trials of their **annualised** Sharpe ratios (the ``sharpe`` metric of
-        each run, ``np.var(sharpes, ddof=1)``); converted to per-period units internally.
-
-    Convention: ``n_trials=1`` (or zero variance) gives ``SR0 = 0``, i.e. ``dsr == psr`` vs 0.
-    """
-    sr0 = expected_max_sharpe(n_trials, trial_sharpe_var / periods_per_year)
-    return psr(returns, sharpe_benchmark=sr0)
-
-
-# --------------------------------------------------------------------------------------------------
-# Bootstrap confidence interval of the Sharpe ratio
-
-
-def stationary_bootstrap_indices(
-    n: int, n_boot: int, rng: np.random.Generator, block_length: float = DEFAULT_BLOCK_LENGTH
-) -> np.ndarray:
-    """Index matrix (n_boot, n) of the stationary bootstrap (Politis & Romano 1994).
-
-    Each resample is a chain of blocks of consecutive days (wrapping around the end) with random
-    starts and geometric lengths of mean ``block_length``: the blocks keep the short-range
-    autocorrelation of overlapping holding periods that an i.i.d. bootstrap would destroy.
-    """
-    if n < 1 or n_boot < 1 or block_length < 1:
-        raise DataContractError(
-            f"bootstrap needs n >= 1, n_boot >= 1, block_length >= 1; got {n}, {n_boot}, {block_length}."
-        )
-    new_block = rng.random((n_boot, n)) < 1.0 / block_length
-    new_block[:, 0] = True
-    starts = rng.integers(0, n, size=(n_boot, n))
-    position = np.arange(n)[None, :]
-    block_start = np.maximum.accumulate(np.where(new_block, position, 0), axis=1)  # (n_boot, n)
-    start_value = np.take_along_axis(starts, block_start, axis=1)
-    return (start_value + position - block_start) % n
-
-
-def sharpe_ci(
-    returns: pd.Series,
-    rng: np.random.Generator,
-    n_boot: int = 1000,
-    block_length: float = DEFAULT_BLOCK_LENGTH,
-    confidence: float = 0.95,
-    periods_per_year: int = PERIODS_PER_YEAR,
-) -> tuple[float, float]:
-    """Percentile confidence interval of the annualised Sharpe ratio by stationary block bootstrap.
-
-    Parameters
-    ----------
-    returns : Series of daily returns indexed by date
-    rng : numpy Generator
-        Pass a seeded generator (``np.random.default_rng(seed)``) for a reproducible interval.
-    n_boot : int
-        Number of resamples.
-    block_length : float
-        Mean block length in trading days (default 10: two weeks, longer than the 5-day holding
-        period whose overlap makes daily returns autocorrelated).
-    confidence : float
-        Two-sided coverage (0.95 gives the 2.5% and 97.5% percentiles).
-
-    Returns
-    -------
-    (low, high) : floats; NaN for fewer than 2 returns.
-    """
-    values = _returns_array(returns)
-    if len(values) < 2:
-        return float("nan"), float("nan")
-    idx = stationary_bootstrap_indices(len(values), n_boot, rng, block_length)
-    samples = values[idx]  # (n_boot, n)
-    std = samples.std(axis=1, ddof=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratios = np.where(std > 0, samples.mean(axis=1) / std * np.sqrt(periods_per_year), np.nan)
-    if not np.isfinite(ratios).any():  # every resample is flat (e.g. a book in cash throughout)
-        return float("nan"), float("nan")
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    low, high = np.nanpercentile(ratios, [tail, 100.0 - tail])
-    return float(low), float(high)
-
-
-# --------------------------------------------------------------------------------------------------
 # Cross-sectional ranking quality
-
-
-def paired_sharpe_difference(
-    returns: pd.Series,
-    baseline: pd.Series,
-    rng: np.random.Generator,
-    n_boot: int = 1000,
-    block_length: float = DEFAULT_BLOCK_LENGTH,
-    confidence: float = 0.95,
-) -> tuple[float, float, float]:
-    """Annualised ``sharpe(returns) - sharpe(baseline)`` and its paired bootstrap percentile interval.
-
-    Every resample draws one set of day indices (:func:`stationary_bootstrap_indices`,
-    blocks of mean ``block_length`` days) and applies it to both series, so the noise they share (the
-    market of the same days) cancels out of the difference: the interval is far narrower than the two
-    Sharpe intervals side by side.
-
-    Parameters
-    ----------
-    returns, baseline : Series of daily returns indexed by the same dates
-        Different dates are refused (a difference of Sharpe ratios over different periods measures the
-        periods, not the strategies); align them first: ``returns.align(baseline, join="inner")``.
-    rng : seeded numpy Generator (reproducible interval).
-    n_boot, block_length, confidence : as :func:`sharpe_ci`.
-
-    Returns
-    -------
-    (difference, low, high) : floats; NaN where a Sharpe ratio is undefined (fewer than 2 days, flat).
-    Resamples in which either series is flat are left out of the percentiles.
-
-    Examples
-    --------
-    >>> days = pd.bdate_range("2024-01-01", periods=4)
-    >>> a = pd.Series([0.01, -0.01, 0.02, 0.0], index=days)
-    >>> paired_sharpe_difference(a, a, np.random.default_rng(0))
-    (0.0, 0.0, 0.0)
-    """
-    for name, series in (("returns", returns), ("baseline", baseline)):
-        if not isinstance(series, pd.Series):
-            raise DataContractError(
-                f"paired Sharpe difference: {name} must be a Series of daily returns indexed by date; received "
-                f"{type(series).__name__}."
-            )
-    if not returns.index.equals(baseline.index):
-        only_returns = returns.index.difference(baseline.index)
-        only_baseline = baseline.index.difference(returns.index)
-        raise DataContractError(
-            "paired Sharpe difference: returns and baseline must cover the same dates in the same order; dates "
-            f"only in returns: {len(only_returns)} ({preview(only_returns, 3)}), only in baseline: "
-            f"{len(only_baseline)} ({preview(only_baseline, 3)}). Fix: returns.align(baseline, join='inner')."
-        )
-    if not 0.0 < confidence < 1.0:
-        raise DataContractError(f"paired Sharpe difference: confidence must be in (0, 1); received {confidence}.")
-    difference = sharpe(returns) - sharpe(baseline)  # also validates the values
-    nan = float("nan")
-    if not np.isfinite(difference):
-        return nan, nan, nan
-    idx = stationary_bootstrap_indices(len(returns), n_boot, rng, block_length)
-    diffs = _resampled_sharpe(returns.to_numpy(np.float64)[idx]) - _resampled_sharpe(
-        baseline.to_numpy(np.float64)[idx]
-    )
-    if not np.isfinite(diffs).any():
-        return float(difference), nan, nan
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    low, high = np.nanpercentile(diffs, [tail, 100.0 - tail])
-    return float(difference), float(low), float(high)
-
-
-def _resampled_sharpe(samples: np.ndarray) -> np.ndarray:
-    """Annualised Sharpe of each row of (n_boot, n) resamples; NaN for a flat row."""
-    std = samples.std(axis=1, ddof=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(std > 0, samples.mean(axis=1) / std * np.sqrt(PERIODS_PER_YEAR), np.nan)
 
 
 def _aligned(scores: pd.Series, labels: pd.Series, what: str) -> pd.DataFrame:
@@ -590,28 +342,6 @@ def mean_daily_rank_ic(scores: np.ndarray, target: np.ndarray, day_starts: np.nd
     return float(np.mean(values)) if values else float("nan")
 
 
-def hac_standard_error(values: pd.Series | np.ndarray, lags: int) -> float:
-    """Standard error of the mean of a serially correlated series (Newey-West, Bartlett weights).
-
-    A daily rank IC against a label of horizon h overlaps its neighbours' label windows for h - 1 days,
-    so ``lags = h - 1`` (4 for the default 5-day label); the plain ``std / sqrt(n)`` would understate the
-    error about twofold. NaNs are dropped; NaN with fewer than ``lags + 2`` values.
-
-    >>> round(hac_standard_error(np.array([1.0, -1.0] * 50), 0), 4)
-    0.1
-    """
-    x = np.asarray(values, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    n = len(x)
-    if n < lags + 2:
-        return float("nan")
-    d = x - x.mean()
-    var = float(d @ d) / n
-    for lag in range(1, lags + 1):
-        var += 2.0 * (1.0 - lag / (lags + 1)) * float(d[lag:] @ d[:-lag]) / n
-    return float(np.sqrt(max(var, 0.0) / n))
-
-
 #: Gain names of :func:`relevance_gains` (LightGBM's ``label_gain`` and :func:`daily_ndcg` share them).
 GAINS: tuple[str, ...] = ("linear", "exponential")
 
@@ -687,7 +417,7 @@ def _relevance_levels(frame: pd.DataFrame, day_codes: np.ndarray, code_codes: np
 def daily_ndcg(
     scores: pd.Series,
     relevance: pd.Series,
-    k: int = 5,
+    k: int = DEFAULT_TOP_K,
     gain: str | Sequence[float] = "linear",
     grades: int = NDCG_GRADES,
 ) -> pd.Series:
@@ -708,7 +438,7 @@ def daily_ndcg(
     scores : Series indexed by (date, code)
     relevance : Series indexed by (date, code)
         Relevance levels (>= 0), or a real-valued label (graded per day).
-    k : int, the depth (names bought).
+    k : int, the depth: the names bought (``portfolio.top_k``, default :data:`backtest.portfolio.DEFAULT_TOP_K`).
     gain : a gain name of :func:`relevance_gains` or one gain per level.
     grades : levels a real-valued relevance is graded into.
 
@@ -744,22 +474,23 @@ def daily_ndcg(
     ideal = dcg(np.lexsort((code_codes, -rel, day_codes)))
     with np.errstate(invalid="ignore", divide="ignore"):
         ndcg = np.where(ideal > 0, actual / ideal, np.nan)
-    return pd.Series(ndcg, index=pd.DatetimeIndex(days, name="date"), name=f"ndcg_at_{k}")
+    return pd.Series(ndcg, index=pd.DatetimeIndex(days, name="date"), name="ndcg")
 
 
 def ndcg_at_k(
     scores: pd.Series,
     relevance: pd.Series,
-    k: int = 5,
+    k: int = DEFAULT_TOP_K,
     gain: str | Sequence[float] = "linear",
     grades: int = NDCG_GRADES,
 ) -> float:
     """Mean of :func:`daily_ndcg` over the days where it is defined.
 
-    The headline metric (``ndcg_at_5`` and the per-fold NDCG) is the one the model trained and early
-    stopped on: depth ``k = ranker.ndcg_depth`` (the stocks bought, ``portfolio.top_k``, 5 by default)
-    and gain ``ranker.ndcg_gain`` (``"linear"`` by default for both models, see :func:`relevance_gains`),
-    on the label's relevance levels (a real-valued label graded per day into 10 bins).
+    The headline metric ``ndcg`` (and the per-fold ``ndcg``) is at depth ``k = portfolio.top_k`` (the
+    stocks bought, recorded as the param ``ndcg_depth``; the models' configs train and early-stop at the
+    same depth) with the gain the model trains on, ``ranker.ndcg_gain`` (``"linear"`` by default for both
+    models, see :func:`relevance_gains`), on the label's relevance levels (a real-valued label graded per
+    day into 10 bins).
 
     >>> idx = pd.MultiIndex.from_product([pd.to_datetime(["2024-01-02"]), ["a", "b", "c"]])
     >>> scores = pd.Series([3.0, 2.0, 1.0], index=idx)
@@ -818,7 +549,7 @@ def headline_metrics(
     rng: np.random.Generator | None = None,
     n_boot: int = 1000,
     block_length: float = DEFAULT_BLOCK_LENGTH,
-    ndcg_depth: int = 5,
+    ndcg_depth: int = DEFAULT_TOP_K,
     ndcg_gain: str | Sequence[float] = "linear",
     ic_lags: int = 4,
 ) -> dict[str, float]:
@@ -833,23 +564,22 @@ def headline_metrics(
     scores, labels : Series indexed by (date, code), optional
         Out-of-sample scores and realised forward returns, for ``ic_mean``, ``rank_ic_mean``, ``icir``.
     relevance : Series indexed by (date, code), optional
-        Relevance levels for ``ndcg_at_<ndcg_depth>``.
+        Relevance levels for ``ndcg``.
     turnover : float, optional
         Annualised one-way turnover (``PortfolioResult.annual_turnover``).
     n_trials, trial_sharpe_var : int, float
-        For ``dsr`` (see :func:`dsr`); the defaults make ``dsr == psr``.
+        For ``dsr`` (see :func:`backtest.statistics.dsr`); the defaults make ``dsr == psr``.
     rng : numpy Generator, optional
         Seeded generator for ``sharpe_ci_low`` / ``sharpe_ci_high``; without one they are NaN.
-    ndcg_depth, ndcg_gain : the NDCG the model trained / early-stopped on (:func:`ndcg_at_k`); its key
-        is ``ndcg_at_<ndcg_depth>`` (``ndcg_at_5`` with the default portfolio of 5 stocks).
+    ndcg_depth, ndcg_gain : depth (the portfolio's ``top_k``) and gain of ``ndcg`` (:func:`ndcg_at_k`); the
+        key does not depend on the depth.
     ic_lags : lags of ``rank_ic_se``, the Newey-West standard error of ``rank_ic_mean``
-        (:func:`hac_standard_error`): the label horizon less one day (4 for the 5-day label).
+        (:func:`backtest.statistics.hac_standard_error`): the label horizon less one day (4 for the 5-day label).
 
     Returns
     -------
-    dict[str, float] with every key of ``HEADLINE_KEYS`` (``ndcg_at_5`` there stands for
-    ``ndcg_at_<ndcg_depth>``; NaN where the inputs were not given or the value is undefined, e.g. IC
-    and NDCG when no scored sample has a known label yet). Extras beyond docs/design.md:
+    dict[str, float] with every key of ``HEADLINE_KEYS`` (NaN where the inputs were not given or the value
+    is undefined, e.g. IC and NDCG when no scored sample has a known label yet). Extras beyond docs/design.md:
     ``win_rate_vs_ew_daily``, ``benchmark_ann_return``, ``benchmark_sharpe``, ``sharpe_ci_low``,
     ``sharpe_ci_high``, ``rank_ic_se``.
     """
@@ -881,9 +611,9 @@ def headline_metrics(
         out["icir"] = icir(scores, labels)
     else:
         out.update(ic_mean=nan, rank_ic_mean=nan, rank_ic_se=nan, icir=nan)
-    out[f"ndcg_at_{ndcg_depth}"] = (ndcg_at_k(scores, relevance, ndcg_depth, ndcg_gain)
-                                    if scores is not None and relevance is not None and _has_pairs(scores, relevance)
-                                    else nan)
+    out["ndcg"] = (ndcg_at_k(scores, relevance, ndcg_depth, ndcg_gain)
+                   if scores is not None and relevance is not None and _has_pairs(scores, relevance)
+                   else nan)
     out["turnover"] = float(turnover) if turnover is not None else nan
     out["psr"] = psr(strategy)
     out["dsr"] = dsr(strategy, n_trials, trial_sharpe_var)
@@ -891,6 +621,5 @@ def headline_metrics(
         out["sharpe_ci_low"], out["sharpe_ci_high"] = sharpe_ci(strategy, rng, n_boot, block_length)
     else:
         out.update(sharpe_ci_low=nan, sharpe_ci_high=nan)
-    keys = headline_keys(ndcg_depth)
-    assert set(out) == set(keys), set(out) ^ set(keys)
-    return {key: out[key] for key in keys}
+    assert set(out) == set(HEADLINE_KEYS), set(out) ^ set(HEADLINE_KEYS)
+    return {key: out[key] for key in HEADLINE_KEYS}

@@ -108,9 +108,14 @@ import pandas as pd
 from backtest.data.panel import WideGrid, adjusted_price
 from backtest.data.tradability import Tradability, carry_forward, eligible, trading
 from backtest.errors import ConfigError, DataContractError, preview
-from backtest.metrics import PERIODS_PER_YEAR
+from backtest.statistics import PERIODS_PER_YEAR
 
 logger = logging.getLogger(__name__)
+
+#: Stocks bought on each rebalance by default (``conf/portfolio/equal.yaml`` holds the same value, and a test
+#: keeps them equal). It is also the depth of the headline NDCG (the param ``ndcg_depth``), and the models'
+#: default NDCG depth: every other default of that depth derives from this one.
+DEFAULT_TOP_K = 5
 
 _EPS = 1e-12
 
@@ -122,7 +127,8 @@ class PortfolioSpec:
     Parameters
     ----------
     top_k : int
-        Number of stocks bought on each rebalance (default 5).
+        Number of stocks bought on each rebalance (default :data:`DEFAULT_TOP_K`); also the depth of the
+        run's NDCG (the param ``ndcg_depth``).
     rebalance_every : int
         Rebalance on every ``rebalance_every``-th date that carries scores (default 5: weekly on daily
         scores).
@@ -141,7 +147,7 @@ class PortfolioSpec:
         Slippage per side as a fraction of traded value (default 0.001).
     """
 
-    top_k: int = 5
+    top_k: int = DEFAULT_TOP_K
     rebalance_every: int = 5
     weighting: Literal["equal", "softmax"] = "equal"
     temperature: float = 1.0

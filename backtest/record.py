@@ -3,8 +3,9 @@ the provenance and guard tags, at the paths of :data:`backtest.tracking.layout.A
 
 ::
 
-    BacktestResult --record_backtest--> run: headline metrics, per-fold metrics, predictions, positions,
-                                         daily returns (with the baselines'), the best factor of each
+    BacktestResult --record_backtest--> run: headline metrics (with the param ndcg_depth, the depth of
+                                         ndcg), per-fold metrics, predictions, positions, daily
+                                         returns (with the baselines'), the best factor of each
                                          fold, periods, feature importance, per-fold feature
                                          PSI, leakage records, feature audit, reports/, then the tags
                                          (comparable last)
@@ -57,6 +58,7 @@ def record_backtest(run: TrackedRun, result: BacktestResult, *, provenance: Prov
     ``fold_metrics=False`` skips the per-fold metrics (already logged as the folds finished).
     """
     run.log_metrics({k: v for k, v in result.metrics.items() if v is not None and math.isfinite(v)})
+    run.log_params({"ndcg_depth": result.ndcg_depth})  # the depth of the metric ``ndcg`` (portfolio.top_k)
     if fold_metrics:
         run.log_fold_metrics(result.fold_metrics)
     p = result.portfolio

@@ -80,7 +80,7 @@ def build_parts(choices: dict[str, str], overrides: list[str],
 # --- one backtest -------------------------------------------------------------------------------------
 
 
-METRICS = ("rank_ic_mean", "rank_ic_se", "icir", "ndcg_at_5", "sharpe", "sharpe_ex_best_month", "ann_return",
+METRICS = ("rank_ic_mean", "rank_ic_se", "icir", "ndcg", "sharpe", "sharpe_ex_best_month", "ann_return",
            "oracle_rank_ic", "signal_capture", "baseline_factor_rank_ic_mean", "baseline_factor_rank_ic_se",
            "baseline_linear_rank_ic_mean", "baseline_linear_rank_ic_se", "model_minus_factor_rank_ic",
            "model_minus_factor_rank_ic_se", "baseline_factor_sharpe", "baseline_linear_sharpe")
@@ -135,7 +135,7 @@ def run_model(model: str, market: Any, panel: Any, data_fp: str, args: argparse.
         "fold_s_first": float(per_fold[0]), "fold_s_max": float(per_fold.max()),
         "fold_s_mean_after_first": float(per_fold[1:].mean()) if len(per_fold) > 1 else float("nan"),
         "metrics": {k: float(result.metrics[k]) for k in METRICS if k in result.metrics},
-        "folds": folds, "n_features": len(result.feature_names),
+        "folds": folds, "n_features": len(result.feature_names), "ndcg_depth": result.ndcg_depth,
         "model_config": parts["config"]["model"],
     }
 
@@ -147,7 +147,7 @@ def report(res: dict[str, Any]) -> None:
     print(f"  per fold         mean {res['fold_s_mean']:.2f} s, median {res['fold_s_median']:.2f} s, first "
           f"{res['fold_s_first']:.2f} s, max {res['fold_s_max']:.2f} s")
     print(f"  rank IC          {m['rank_ic_mean']:+.4f} (s.e. {m.get('rank_ic_se', float('nan')):.4f}), "
-          f"NDCG@5 {m.get('ndcg_at_5', float('nan')):.4f}, Sharpe {m.get('sharpe', float('nan')):+.2f}")
+          f"NDCG@{res['ndcg_depth']} {m.get('ndcg', float('nan')):.4f}, Sharpe {m.get('sharpe', float('nan')):+.2f}")
     for name in ("factor", "linear"):
         key = f"baseline_{name}_rank_ic_mean"
         if key in m:

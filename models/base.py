@@ -617,10 +617,11 @@ class Ranker(Protocol):
     ``predict`` per fold (a ranker with warm start continues from its previous fit).
 
     Besides the methods, a ranker declares ``accepted_labels`` (which targets it can learn from),
-    ``stateful`` and ``adopt_state`` (how the engine orders and resumes its folds), and ``ndcg_depth``
-    / ``ndcg_gain`` (the NDCG it trains or early-stops on, which the headline NDCG repeats).
+    ``stateful`` and ``adopt_state`` (how the engine orders and resumes its folds), and ``ndcg_gain``
+    (the gain of the NDCG it trains or early-stops on, which the headline NDCG uses too; its depth is the
+    portfolio's ``top_k``, given to the model by its config and never read back from it).
     :class:`RankerBase` gives the defaults of the optional ones (``stateful`` False, ``adopt_state``
-    taking over every attribute, ``ndcg_depth`` None, ``ndcg_gain`` ``"linear"``).
+    taking over every attribute, ``ndcg_gain`` ``"linear"``).
     """
 
     #: The label processings (``backtest.labels.PROCESSINGS``) the model can learn from; a run with
@@ -638,14 +639,9 @@ class Ranker(Protocol):
         ...
 
     @property
-    def ndcg_depth(self) -> int | None:
-        """The NDCG depth the model trains or early-stops on (``portfolio.top_k``: the stocks bought);
-        None when the model has none (the engine then evaluates at ``portfolio.top_k``)."""
-        ...
-
-    @property
     def ndcg_gain(self) -> str | tuple[float, ...]:
-        """The gain of that NDCG: a name of :func:`backtest.metrics.relevance_gains` (``"linear"``,
+        """The gain of the NDCG the model trains or early-stops on: a name of
+        :func:`backtest.metrics.relevance_gains` (``"linear"``,
         ``"exponential"``) or one gain per relevance level."""
         ...
 
@@ -698,8 +694,8 @@ class RankerBase:
     ...     def __init__(self, value: float = 0.0) -> None:
     ...         self.value = value
     >>> a, b = Constant(), Constant(2.0)
-    >>> a.stateful, a.ndcg_depth, a.ndcg_gain
-    (False, None, 'linear')
+    >>> a.stateful, a.ndcg_gain
+    (False, 'linear')
     >>> a.adopt_state(b); a.value
     2.0
     """
@@ -715,10 +711,6 @@ class RankerBase:
             raise TypeError(f"{type(self).__name__}.adopt_state: expected a {type(self).__name__}, "
                             f"received a {type(other).__name__}.")
         vars(self).update(vars(other))
-
-    @property
-    def ndcg_depth(self) -> int | None:
-        return None
 
     @property
     def ndcg_gain(self) -> str | tuple[float, ...]:

@@ -25,6 +25,7 @@ import numpy as np
 
 from backtest.errors import ConfigError, DataContractError, preview
 from backtest.metrics import GAINS, mean_daily_rank_ic, relevance_gains
+from backtest.portfolio import DEFAULT_TOP_K
 from models.base import EARLY_STOPPING_METRICS, LEVEL_PROCESSINGS, RankerBase, RankingData, label_processing_fix
 
 log = logging.getLogger(__name__)
@@ -51,8 +52,9 @@ class LambdaRankConfig:
         exponential gain weighs the top bin 511x the second-lowest, which turns the objective into
         "find the extreme decile" and mostly fits idiosyncratic jumps, while a linear gain keeps the
         whole upper half of the order informative.
-    ndcg_depth : the NDCG depth: the stocks bought per day (``portfolio.top_k`` in the config). The
-        validation NDCG at this depth drives early stopping, and the headline NDCG repeats it.
+    ndcg_depth : the NDCG depth: the stocks bought per day (``portfolio.top_k`` in the config, default
+        :data:`backtest.portfolio.DEFAULT_TOP_K`). The validation NDCG at this depth drives early stopping;
+        the run's headline ``ndcg`` is at ``portfolio.top_k`` too, whatever is set here.
     truncation_level : ``lambdarank_truncation_level``: LambdaRank's pairs are those involving the
         top ``truncation_level`` positions of the current ranking. Default :data:`WHOLE_LIST` (more
         positions than any day has stocks): every pair of the day counts. Truncated near the portfolio
@@ -85,7 +87,7 @@ class LambdaRankConfig:
 
     n_bins: int = 10
     label_gain: str | tuple[float, ...] = "linear"
-    ndcg_depth: int = 5
+    ndcg_depth: int = DEFAULT_TOP_K
     truncation_level: int | None = WHOLE_LIST
     num_leaves: int = 31
     learning_rate: float = 0.05

@@ -32,6 +32,7 @@ import torch
 from backtest.errors import ConfigError, DataContractError, preview
 from backtest.labels import PROCESSINGS
 from backtest.metrics import daily_ic, ndcg_at_k
+from backtest.portfolio import DEFAULT_TOP_K
 from models.base import EARLY_STOPPING_METRICS, RankerBase, RankingData, window_view
 from models.ranking_losses import LOSSES, listmle_loss, listnet_loss
 from models.stock_transformer import StockTransformer, StockTransformerConfig
@@ -65,7 +66,8 @@ class TransformerTrainingConfig:
     early_stopping_metric : ``"rank_ic"`` (mean daily Spearman IC with the target) or ``"ndcg"`` (NDCG at
         ``ndcg_depth`` with linear gains, :func:`backtest.metrics.ndcg_at_k`; a real-valued target is
         graded into 10 daily bins).
-    ndcg_depth : depth of the ``"ndcg"`` metric: the stocks bought (``portfolio.top_k`` in the config).
+    ndcg_depth : depth of the ``"ndcg"`` metric: the stocks bought (``portfolio.top_k`` in the config, default
+        :data:`backtest.portfolio.DEFAULT_TOP_K`).
     days_per_step : days (query lists) per optimiser step; predict uses ``predict_days_per_step``.
     device : ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
     precision : ``"auto"`` (bf16 autocast on CUDA, fp32 on CPU), ``"fp32"`` or ``"bf16"``.
@@ -85,7 +87,7 @@ class TransformerTrainingConfig:
     max_epochs: int = 20
     patience: int = 3
     early_stopping_metric: str = "rank_ic"
-    ndcg_depth: int = 5
+    ndcg_depth: int = DEFAULT_TOP_K
     days_per_step: int = 16
     predict_days_per_step: int = 64
     device: str = "auto"

@@ -11,15 +11,16 @@ import pandas as pd
 import pytest
 
 import backtest.engine as engine
+from backtest.code_fingerprint import code_fingerprint
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.engine import EngineOptions, run_backtest
 from backtest.errors import ConfigError, FeatureAuditError
 from backtest.features.registry import default_registry
 from backtest.features.sets import FeatureSetSpec
 from backtest.labels import LabelSpec
-from backtest.metrics import HEADLINE_KEYS
+from backtest.leakage import is_comparable
+from backtest.metrics import HEADLINE_KEYS, ndcg_at_k
 from backtest.portfolio import PortfolioSpec
-from backtest.provenance import code_fingerprint
 from backtest.splits import RollingSchedule
 from models.lambdarank import LambdaRankRanker
 from tests.features.feature_fixtures import PLANTED
@@ -216,6 +217,25 @@ def test_leak_demo_is_tagged_disabled(tiny_panel) -> None:
     assert any(r.leaky for r in leaky.records)
     # the labels used reach past the decision date: the leak the purge prevents
     assert all(max(r.max_train_label_end, r.max_valid_label_end) > r.decision_date for r in leaky.records)
+
+
+def test_the_ndcg_is_at_the_portfolio_depth_not_the_models(tiny_panel) -> None:
+    """The model early-stops at its configured NDCG@5; the run's ndcg is at the 3 stocks it buys."""
+    res = run_backtest(
+        tiny_panel, features=FEATURES, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE),
+        ranker_factory=small_ranker, portfolio=PortfolioSpec(top_k=3), data_fingerprint=panel_fingerprint(tiny_panel),
+        options=EngineOptions(audit_cutoffs=0), seed=3,
+    )
+    assert small_ranker().ndcg_depth == 5 and res.ndcg_depth == 3
+    relevance = res.labels.target.reindex(res.scores.index)
+    assert res.metrics["ndcg"] == ndcg_at_k(res.scores, relevance, 3, gain=small_ranker().ndcg_gain)
+    assert "ndcg" in res.fold_metrics.columns and not any(c.startswith("ndcg_at") for c in res.fold_metrics.columns)
+
+
+def test_an_audit_switched_off_is_tagged_disabled(tiny_panel) -> None:
+    off = backtest(tiny_panel, audit_cutoffs=0)
+    assert off.audit is None and off.feature_audit == "disabled" and off.leak_guard == "passed"
+    assert not is_comparable(off.leak_guard, off.feature_audit)
 
 
 def test_a_look_ahead_feature_stops_the_run_and_is_named(tiny_panel) -> None:

@@ -9,11 +9,11 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-from scipy.stats import norm
 
 from backtest import metrics
 from backtest.errors import ConfigError, DataContractError
 from backtest.labels import cross_sectional_target
+from backtest.portfolio import DEFAULT_TOP_K
 
 logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
 with warnings.catch_warnings():
@@ -46,7 +46,6 @@ def test_return_metrics_agree_with_quantstats(seed):
     # quantstats 0.0.86's cagr counts periods (years = n / periods), not calendar days.
     assert metrics.ann_return(returns) == pytest.approx(qs.stats.cagr(returns, periods=252), abs=1e-9)
     assert metrics.max_drawdown(returns) == pytest.approx(qs.stats.max_drawdown(returns), abs=1e-9)
-    assert metrics.psr(returns) == pytest.approx(qs.stats.probabilistic_sharpe_ratio(returns), abs=1e-9)
 
 
 def test_max_drawdown_agrees_with_quantstats_when_the_first_day_loses():
@@ -202,63 +201,8 @@ def test_ndcg_grades_a_real_valued_label_into_ten_daily_bins():
     assert not np.allclose(three.to_numpy(), expected.to_numpy())
 
 
-SKEWED = [0.02, -0.01, 0.0, 0.05, -0.02, 0.01, 0.0, -0.005]
-
-
-def hand_psr(values, sr_star):
-    x = np.asarray(values)
-    n = len(x)
-    d = x - x.mean()
-    m2, m3, m4 = (d**2).mean(), (d**3).mean(), (d**4).mean()
-    skew = math.sqrt(n * (n - 1)) / (n - 2) * m3 / m2**1.5  # adjusted Fisher-Pearson (pandas)
-    excess = (n - 1) / ((n - 2) * (n - 3)) * ((n + 1) * m4 / m2**2 - 3 * (n - 1))
-    sr = x.mean() / x.std(ddof=1)
-    denominator = math.sqrt(1 - skew * sr + (excess + 3 - 1) / 4 * sr**2)
-    return norm.cdf((sr - sr_star) * math.sqrt(n - 1) / denominator)
-
-
-def test_psr_against_the_formula():
-    returns = daily(SKEWED)
-    assert metrics.psr(returns) == pytest.approx(hand_psr(SKEWED, 0.0), abs=1e-12)
-    assert metrics.psr(returns, sharpe_benchmark=0.1) == pytest.approx(hand_psr(SKEWED, 0.1), abs=1e-12)
-    assert metrics.psr(returns, 0.1) < metrics.psr(returns)
-
-
-def test_dsr_deflates_by_the_expected_maximum_of_the_trials():
-    gamma = 0.5772156649015329
-    expected = (1 - gamma) * norm.ppf(0.9) + gamma * norm.ppf(1 - 1 / (10 * math.e))
-    assert metrics.expected_max_sharpe(10, 1.0) == pytest.approx(expected, abs=1e-12)
-    assert metrics.expected_max_sharpe(10, 1.0) == pytest.approx(1.574598, abs=1e-6)
-    returns = daily(SKEWED)
-    # Ten trials whose annualised Sharpes have variance 2.0: SR0 = sqrt(2 / 252) * E[max].
-    sr0 = math.sqrt(2.0 / 252) * expected
-    assert metrics.dsr(returns, n_trials=10, trial_sharpe_var=2.0) == pytest.approx(hand_psr(SKEWED, sr0), abs=1e-12)
-    # One trial, or trials that all agree: nothing to deflate.
-    assert metrics.dsr(returns, n_trials=1, trial_sharpe_var=2.0) == metrics.psr(returns)
-    assert metrics.dsr(returns, n_trials=50, trial_sharpe_var=0.0) == metrics.psr(returns)
-
-
 # --------------------------------------------------------------------------------------------------
-# Bootstrap, tables, headline
-
-
-def test_stationary_bootstrap_blocks():
-    rng = np.random.default_rng(0)
-    never_break = metrics.stationary_bootstrap_indices(20, 50, rng, block_length=1e12)
-    # One block per resample: consecutive days, wrapping around the end.
-    assert ((np.diff(never_break, axis=1) % 20) == 1).all()
-    short = metrics.stationary_bootstrap_indices(2000, 20, np.random.default_rng(1), block_length=10)
-    breaks = (np.diff(short, axis=1) % 2000 != 1).mean()
-    assert breaks == pytest.approx(0.1, abs=0.01)  # a new block starts with probability 1/10
-
-
-def test_sharpe_ci_is_reproducible_and_brackets_the_estimate():
-    returns = daily(np.random.default_rng(5).normal(0.001, 0.01, 500))
-    low, high = metrics.sharpe_ci(returns, np.random.default_rng(42))
-    assert (low, high) == metrics.sharpe_ci(returns, np.random.default_rng(42))
-    assert low < metrics.sharpe(returns) < high
-    # The standard error of an annualised Sharpe over 2 years is about sqrt(252 / 500) ~ 0.7.
-    assert 1.5 < high - low < 4.5
+# Tables, headline
 
 
 def test_per_year_table():
@@ -287,7 +231,7 @@ def test_headline_metrics_keys_and_values():
     assert list(out) == list(metrics.HEADLINE_KEYS)
     assert {"sharpe", "sortino", "ann_return", "cum_return", "ann_vol", "max_drawdown", "win_rate_vs_ew",
             "excess_ann_return", "sharpe_ex_best_month", "ann_return_ex_best_month", "sharpe_ex_best_3_months",
-            "ann_return_ex_best_3_months", "ic_mean", "rank_ic_mean", "icir", "ndcg_at_5", "turnover", "psr",
+            "ann_return_ex_best_3_months", "ic_mean", "rank_ic_mean", "icir", "ndcg", "turnover", "psr",
             "dsr"} <= set(out)
     assert all(isinstance(v, float) and math.isfinite(v) for v in out.values())
     assert out["sharpe"] == metrics.sharpe(s)
@@ -299,22 +243,24 @@ def test_headline_metrics_keys_and_values():
     assert out["dsr"] < out["psr"]
     assert out["sharpe_ci_low"] < out["sharpe"] < out["sharpe_ci_high"]
     bare = metrics.headline_metrics(s, b, periods)
-    assert all(math.isnan(bare[k]) for k in ("ic_mean", "rank_ic_mean", "rank_ic_se", "icir", "ndcg_at_5", "turnover",
+    assert all(math.isnan(bare[k]) for k in ("ic_mean", "rank_ic_mean", "rank_ic_se", "icir", "ndcg", "turnover",
                                              "sharpe_ci_low", "sharpe_ci_high"))
     assert bare["dsr"] == bare["psr"]
 
 
 def test_the_headline_ndcg_follows_the_portfolio_depth():
-    """A portfolio of 3 stocks reports ndcg_at_3 (the depth its model trained on), not ndcg_at_5."""
+    """A portfolio of 3 stocks reports its NDCG@3 under the one key ``ndcg``: the keys never carry the depth."""
     rng = np.random.default_rng(3)
     s, b = daily(rng.normal(0.001, 0.01, 300)), daily(rng.normal(0.0005, 0.008, 300))
     periods = pd.DataFrame({"strategy": [0.01, -0.02], "benchmark": [0.0, 0.0]})
     scores, labels = ic_example()
     at = {k: metrics.headline_metrics(s, b, periods, scores=scores, labels=labels, relevance=labels.clip(lower=0),
                                       ndcg_depth=k) for k in (1, 3)}
-    assert list(at[3]) == list(metrics.headline_keys(3)) and "ndcg_at_5" not in at[3]
-    assert at[3]["ndcg_at_3"] == metrics.ndcg_at_k(scores, labels.clip(lower=0), 3)
-    assert at[1]["ndcg_at_1"] == metrics.ndcg_at_k(scores, labels.clip(lower=0), 1) != at[3]["ndcg_at_3"]
+    assert list(at[3]) == list(at[1]) == list(metrics.HEADLINE_KEYS) and "ndcg_at_5" not in at[3]
+    assert at[3]["ndcg"] == metrics.ndcg_at_k(scores, labels.clip(lower=0), 3)
+    assert at[1]["ndcg"] == metrics.ndcg_at_k(scores, labels.clip(lower=0), 1) != at[3]["ndcg"]
+    default = metrics.headline_metrics(s, b, periods, scores=scores, labels=labels, relevance=labels.clip(lower=0))
+    assert default["ndcg"] == metrics.ndcg_at_k(scores, labels.clip(lower=0), DEFAULT_TOP_K)  # the portfolio's
 
 
 def test_bad_return_series_are_rejected_with_a_reason():
@@ -324,24 +270,6 @@ def test_bad_return_series_are_rejected_with_a_reason():
         metrics.win_rate_vs_ew_daily(daily([0.01, 0.02]), daily([0.01, 0.02], start="2025-01-01"))
     with pytest.raises(DataContractError, match="Series"):
         metrics.sharpe([0.01, 0.02])
-
-
-def test_hac_standard_error_is_the_bartlett_weighted_long_run_variance():
-    """Newey-West against its definition, Var(mean) = sum_i sum_j w(|i-j|) d_i d_j / n^2 with Bartlett
-    weights w(l) = 1 - l / (L + 1) for l <= L: an overlapping-label series (a 5-day moving sum of white
-    noise, true error sqrt(5) times the naive one) gets about sqrt(3.4) = 1.84 times it at lag 4."""
-    rng = np.random.default_rng(11)
-    noise = rng.normal(size=2004)
-    overlapping = np.convolve(noise, np.ones(5), mode="valid")[:600]
-    for lags in (0, 1, 4):
-        d = overlapping - overlapping.mean()
-        lag = np.abs(np.subtract.outer(np.arange(600), np.arange(600)))
-        weights = np.where(lag <= lags, 1.0 - lag / (lags + 1), 0.0)
-        expected = np.sqrt(d @ weights @ d) / 600
-        assert metrics.hac_standard_error(overlapping, lags) == pytest.approx(expected, rel=1e-10)
-    naive = overlapping.std() / np.sqrt(600)
-    assert 1.5 < metrics.hac_standard_error(overlapping, 4) / naive < 2.3
-    assert math.isnan(metrics.hac_standard_error(np.array([0.1, 0.2, np.nan]), 4))
 
 
 def test_mean_daily_rank_ic_matches_the_frame_version():

@@ -14,15 +14,17 @@ Price limits are far away unless a test sets them.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from hydra.utils import instantiate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backtest.errors import ConfigError, DataContractError
-from backtest.portfolio import PortfolioSpec, allocate, check_universe, simulate
+from backtest.portfolio import DEFAULT_TOP_K, PortfolioSpec, allocate, check_universe, simulate
 
 FREE = dict(commission=0.0, stamp_duty=0.0, slippage=0.0)
 OPENS = {
@@ -514,6 +516,19 @@ def test_a_test_period_without_trading_is_refused_naming_the_period():
     with pytest.raises(DataContractError, match="no member trades"):
         check_universe(zero, PortfolioSpec(top_k=1), (day(zero, 2), day(zero, 5)))
     check_universe(zero, PortfolioSpec(top_k=1), (day(zero, 0), day(zero, 5)))  # two days trade: accepted
+
+
+PORTFOLIO_OPTIONS = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "portfolio").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("option", PORTFOLIO_OPTIONS)
+def test_the_portfolio_configs_buy_the_default_number_of_stocks(option: str, compose_config) -> None:
+    """The default top_k has one owner, DEFAULT_TOP_K; conf/ writes it out (Hydra cannot import it) and
+    conf/portfolio/equal.yaml is PortfolioSpec's defaults."""
+    cfg = compose_config([f"portfolio={option}"])
+    assert cfg.portfolio.top_k == DEFAULT_TOP_K
+    if option == "equal":
+        assert instantiate(cfg.portfolio, _convert_="all") == PortfolioSpec()
 
 
 def test_top_k_at_least_the_universe_is_refused():

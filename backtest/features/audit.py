@@ -55,6 +55,7 @@ from backtest.errors import ConfigError, FeatureAuditError, preview
 from backtest.features.build import check_panel, compute_features
 from backtest.features.registry import FeatureRegistry, default_registry
 from backtest.features.sets import FeatureSetSpec, plan_features
+from backtest.leakage import GuardStatus
 
 log = logging.getLogger("backtest.features")
 
@@ -120,6 +121,12 @@ class AuditReport:
     covered: Mapping[str, pd.Timestamp] = field(default_factory=dict)
     uncovered: tuple[str, ...] = ()
     absent: tuple[str, ...] = ()
+
+    @property
+    def status(self) -> GuardStatus:
+        """The ``feature_audit`` verdict of this audit: ``"passed"`` or ``"failed"`` (a run that switched
+        the audit off has no report, and its verdict is ``"disabled"``)."""
+        return "passed" if self.passed else "failed"
 
     @property
     def offending(self) -> list[str]:

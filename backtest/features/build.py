@@ -25,6 +25,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from backtest.code_fingerprint import code_fingerprint
 from backtest.data import tradability
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.data.panel import WideGrid
@@ -34,7 +35,6 @@ from backtest.features.inputs import MarketData, activity_min_periods
 from backtest.features.registry import FEATURE_CODE_VERSION, FeatureRegistry, default_registry
 from backtest.features.rolling import rolling_mean
 from backtest.features.sets import FeatureColumn, FeaturePlan, FeatureSetSpec, plan_features
-from backtest.provenance import code_fingerprint
 
 log = logging.getLogger("backtest.features")
 

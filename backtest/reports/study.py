@@ -3,17 +3,18 @@
 A sweep tries variants of a configuration (an ablation, a grid) on the same test period. Picking the
 best of them overstates what the winner will do next: this report says how much, with three tools.
 
-- **Deflated Sharpe ratio** (:func:`backtest.metrics.dsr`) of every trial against the best Sharpe
+- **Deflated Sharpe ratio** (:func:`backtest.statistics.dsr`) of every trial against the best Sharpe
   expected from ``n_trials`` unskilled tries (failed trials count).
-- **Probability of backtest overfitting** (:func:`pbo_cscv`, combinatorially symmetric cross-validation
-  of Bailey, Borwein, Lopez de Prado & Zhu 2015): how often the trial that is best on one half of the
-  period ranks at or below the median on the other half.
-- **Paired comparison with a baseline** (:func:`backtest.metrics.paired_sharpe_difference`): the Sharpe
+- **Probability of backtest overfitting** (:func:`backtest.statistics.pbo_cscv`, combinatorially symmetric
+  cross-validation of Bailey, Borwein, Lopez de Prado & Zhu 2015): how often the trial that is best on one
+  half of the period ranks at or below the median on the other half.
+- **Paired comparison with a baseline** (:func:`backtest.statistics.paired_sharpe_difference`): the Sharpe
   difference of each trial and the baseline with a stationary-bootstrap interval that resamples the same days for both.
 
-Everything here is a pure function of pandas objects: :func:`build_study_report` computes a
-:class:`StudyReport`, :func:`write_study_report` writes it as HTML (self-contained), markdown, CSV and
-PNG files named in :data:`STUDY_REPORT_FILES`.
+Everything here is a pure function of pandas objects: :func:`build_study_report` gathers a
+:class:`StudyReport` from the numbers of :mod:`backtest.metrics` and :mod:`backtest.statistics`,
+:func:`write_study_report` writes it as HTML (self-contained), markdown, CSV and PNG files named in
+:data:`STUDY_REPORT_FILES`.
 
 Conventions: daily simple returns, 252 periods per year, risk-free 0 (those of :mod:`backtest.metrics`).
 """
@@ -22,11 +23,9 @@ from __future__ import annotations
 
 import base64
 import html
-import itertools
 import json
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,23 +35,31 @@ import pandas as pd
 
 from backtest import metrics as m
 from backtest.errors import DataContractError, preview
-from backtest.metrics import paired_sharpe_difference
 from backtest.reports.drift import markdown_table
 from backtest.reports.files import STUDY_REPORT_FILES
 from backtest.reports.plots import BENCHMARK_COLOR, new_figure, save_png
 from backtest.reports.returns import wealth_curve
+from backtest.statistics import (
+    MIN_BLOCK_DAYS,
+    PERIODS_PER_YEAR,
+    PBOResult,
+    check_cscv_blocks,
+    cscv_blocks,
+    dsr,
+    expected_max_sharpe,
+    paired_sharpe_difference,
+    pbo_cscv,
+    psr,
+    sharpe_ci,
+)
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "BENCHMARK_COLUMN",
-    "MAX_COMBINATIONS",
-    "MIN_BLOCK_DAYS",
     "STUDY_REPORT_FILES",
-    "PBOResult",
     "StudyReport",
     "build_study_report",
-    "pbo_cscv",
     "study_summary",
     "trial_colors",
     "write_study_report",
@@ -61,291 +68,11 @@ __all__ = [
 #: Name of the equal-weight benchmark's column in :attr:`StudyReport.returns`.
 BENCHMARK_COLUMN = "equal weight"
 
-#: Fewest trading days per CSCV block that :func:`build_study_report` accepts before it lowers
-#: ``n_blocks`` (about a month: shorter blocks cut the period into pieces too small to hold a regime).
-MIN_BLOCK_DAYS = 20
-
-#: Most CSCV combinations :func:`pbo_cscv` computes (``n_blocks`` up to 22: C(22, 11) = 705,432).
-MAX_COMBINATIONS = 1_000_000
-
 _VERDICT_BASELINE = "baseline"
 _VERDICT_BETTER = "better than baseline (interval above 0)"
 _VERDICT_WORSE = "worse than baseline (interval below 0)"
 _VERDICT_NONE = "no detectable difference (interval spans 0)"
 _VERDICT_UNDEFINED = "undetermined (a Sharpe ratio is undefined)"
-
-
-# --------------------------------------------------------------------------------------------------
-# Probability of backtest overfitting (CSCV)
-
-
-@dataclass(frozen=True)
-class PBOResult:
-    """Outcome of combinatorially symmetric cross-validation (:func:`pbo_cscv`).
-
-    The arrays hold one value per combination, in the order of
-    ``itertools.combinations(range(n_blocks), n_blocks // 2)`` (the in-sample blocks).
-
-    Attributes
-    ----------
-    pbo : fraction of combinations whose logit is <= 0 (the in-sample best trial at or below the
-        out-of-sample median).
-    logits : ``lambda = ln(omega / (1 - omega))``, float64 (n_combinations,).
-    n_blocks : ``S``, the number of contiguous blocks the period was cut into.
-    n_combinations : ``C(S, S/2)``.
-    best_is_oos_rank : ``omega``, the relative out-of-sample rank (in (0, 1)) of the in-sample best.
-    selected : position (column) of the in-sample best trial, int64 (n_combinations,).
-    is_performance, oos_performance : the metric of the in-sample best trial in and out of sample
-        (per-period Sharpe ratio by default, not annualised).
-    degradation_slope, degradation_intercept : least-squares line ``oos = intercept + slope * is``
-        through those pairs (NaN when the in-sample values do not vary). A slope well below 1 (often
-        negative) means in-sample excellence does not carry over.
-    prob_oos_loss : fraction of combinations whose in-sample best has a negative out-of-sample metric.
-    trials : trial names (the columns of the returns).
-    block_sizes : rows of each block, in time order.
-    """
-
-    pbo: float
-    logits: np.ndarray
-    n_blocks: int
-    n_combinations: int
-    best_is_oos_rank: np.ndarray
-    selected: np.ndarray
-    is_performance: np.ndarray
-    oos_performance: np.ndarray
-    degradation_slope: float
-    degradation_intercept: float
-    prob_oos_loss: float
-    trials: tuple[str, ...]
-    block_sizes: tuple[int, ...]
-
-    def selection_counts(self) -> pd.Series:
-        """How many combinations picked each trial as the in-sample best (every trial listed)."""
-        counts = np.bincount(self.selected, minlength=len(self.trials))
-        return pd.Series(counts, index=pd.Index(self.trials, name="trial"), name="selected_in_sample")
-
-    def combinations(self) -> pd.DataFrame:
-        """One row per combination: ``is_blocks`` (space-separated block numbers), ``selected`` (trial
-        name), ``is_metric``, ``oos_metric``, ``omega`` and ``logit``."""
-        half = self.n_blocks // 2
-        blocks = [" ".join(map(str, c)) for c in itertools.combinations(range(self.n_blocks), half)]
-        frame = pd.DataFrame(
-            {
-                "is_blocks": blocks,
-                "selected": np.asarray(self.trials, dtype=object)[self.selected],
-                "is_metric": self.is_performance,
-                "oos_metric": self.oos_performance,
-                "omega": self.best_is_oos_rank,
-                "logit": self.logits,
-            }
-        )
-        frame.index.name = "combination"
-        return frame
-
-
-def _check_n_blocks(n_blocks: object) -> int:
-    if isinstance(n_blocks, bool) or not isinstance(n_blocks, (int, np.integer)) or n_blocks < 2 or n_blocks % 2:
-        raise DataContractError(
-            f"CSCV: n_blocks must be an even integer >= 2 (the period is split into two halves of n_blocks / 2 "
-            f"blocks each); received {n_blocks!r}. The paper's default is 16."
-        )
-    n_combinations = math.comb(int(n_blocks), int(n_blocks) // 2)
-    if n_combinations > MAX_COMBINATIONS:
-        raise DataContractError(
-            f"CSCV: n_blocks={n_blocks} gives {n_combinations:,} combinations, more than the {MAX_COMBINATIONS:,} "
-            "computed here; use n_blocks <= 22 (16 is the paper's default)."
-        )
-    return int(n_blocks)
-
-
-def _block_bounds(n_rows: int, n_blocks: int) -> np.ndarray:
-    """Start row of each block and the end: ``numpy.array_split``'s rule (the first ``n_rows % n_blocks``
-    blocks get one row more)."""
-    sizes = np.full(n_blocks, n_rows // n_blocks)
-    sizes[: n_rows % n_blocks] += 1
-    return np.r_[0, np.cumsum(sizes)]
-
-
-def _combination_matrix(n_blocks: int) -> np.ndarray:
-    """0/1 float matrix (C(S, S/2), S): row c marks the in-sample blocks of combination c."""
-    half = n_blocks // 2
-    chosen = np.fromiter(
-        itertools.chain.from_iterable(itertools.combinations(range(n_blocks), half)), dtype=np.int64
-    ).reshape(-1, half)
-    matrix = np.zeros((len(chosen), n_blocks))
-    np.put_along_axis(matrix, chosen, 1.0, axis=1)
-    return matrix
-
-
-def _sharpe_from_sums(total: np.ndarray, centred: np.ndarray, centred_sq: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """Per-period Sharpe ``mean / std(ddof=1)`` from sums over the rows of each (combination, trial).
-
-    ``total`` sums the raw returns (an all-zero half has mean exactly 0), ``centred`` and ``centred_sq``
-    the returns minus their column mean over the whole period and their squares (the variance from
-    them loses no precision to a large mean). A half whose variance is zero up to rounding is flat: its
-    Sharpe is +inf / -inf by the sign of its mean, 0 for a zero mean.
-    """
-    n = n[:, None]
-    mean = total / n
-    var = (centred_sq - centred**2 / n) / (n - 1)
-    flat = var <= 1e-12 * centred_sq / n
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = mean / np.sqrt(np.where(flat, 1.0, var))
-    return np.where(mean == 0, 0.0, np.where(flat, np.copysign(np.inf, mean), ratio))
-
-
-def pbo_cscv(
-    returns: pd.DataFrame,
-    n_blocks: int = 16,
-    metric: Callable[[np.ndarray], np.ndarray] | None = None,
-) -> PBOResult:
-    """Probability of backtest overfitting by combinatorially symmetric cross-validation (CSCV).
-
-    Bailey, Borwein, Lopez de Prado & Zhu (2015), "The probability of backtest overfitting":
-
-    1. ``M`` is the (T days x N trials) matrix of daily returns. Its rows are cut into ``S = n_blocks``
-       contiguous blocks of near-equal size: when ``T`` is not a multiple of ``S`` the first ``T mod S``
-       blocks get one row more (``numpy.array_split``), so no day is dropped and the two halves of a
-       split differ by at most ``S / 2`` rows.
-    2. For each of the ``C(S, S/2)`` combinations of ``S/2`` blocks: in-sample (IS) = their rows,
-       out-of-sample (OOS) = the other blocks' rows.
-    3. The metric of every trial on IS and on OOS (default: per-period Sharpe ``mean / std(ddof=1)``
-       per column; annualising would not change a rank). ``n*`` = the IS best (on a tie the first
-       column).
-    4. ``omega`` = rank of ``n*`` among the N OOS values / (N + 1), rank 1 = worst and N = best, ties
-       get their average rank (``scipy.stats.rankdata(method="average")``); ``lambda = ln(omega / (1 -
-       omega))``.
-    5. ``PBO`` = fraction of combinations with ``lambda <= 0``: the mass of the logit distribution at
-       and below 0 (the paper's integral up to 0). ``lambda = 0`` (``n*`` exactly at the OOS median,
-       possible for an odd N or with ties) counts as overfit: selecting it did no better than chance.
-
-    PBO near 0: the in-sample winner stays above the median out of sample; near 0.5: choosing by
-    in-sample performance is as good as picking at random; above 0.5: the selection prefers trials that
-    do worse than the others out of sample (overfitting to noise or to a regime).
-
-    Parameters
-    ----------
-    returns : DataFrame, dates x trials
-        Daily returns of each trial (column) on common dates, no NaN (align the trials on their common
-        dates first: ``returns.dropna()``).
-    n_blocks : even int >= 2, default 16 (the paper's)
-        ``S``. Every split uses half of the rows in sample whatever ``S`` is; ``S`` sets how many distinct
-        splits there are (``C(S, S/2)``: 2 for S=2, 70 for 8, 12,870 for 16) and how fine they are. More
-        blocks give a smoother PBO estimate but shorter blocks, which interleave IS and OOS so finely that
-        both halves sample the same regimes (and daily autocorrelation leaks across block edges): the
-        two halves look alike and overfitting to a regime goes unseen. Keep blocks at least about a month
-        long (:func:`build_study_report` lowers ``S`` for short periods). At most 22.
-    metric : callable, optional
-        Performance of every trial on a set of rows: takes a (rows x N) float array and returns N values,
-        higher is better; NaN counts as the worst value. Default: per-period Sharpe, vectorised over all
-        combinations (sums per block, then a 0/1 combination matrix product); a custom metric is called
-        twice per combination.
-
-    Returns
-    -------
-    PBOResult
-
-    Raises
-    ------
-    DataContractError : fewer than 2 trials, odd or < 2 ``n_blocks``, fewer rows than blocks (or fewer
-        than 4 rows), NaN or infinite returns.
-
-    Examples
-    --------
-    >>> rng = np.random.default_rng(0)
-    >>> noise = pd.DataFrame(rng.normal(0.0, 0.01, size=(400, 4)), columns=list("abcd"))
-    >>> skilled = noise.assign(a=noise["a"] + 0.01)  # trial a earns 1% a day more
-    >>> result = pbo_cscv(skilled, n_blocks=8)
-    >>> result.pbo, result.n_combinations, float(result.best_is_oos_rank[0])  # a: OOS best, 4 / 5
-    (0.0, 70, 0.8)
-    """
-    if not isinstance(returns, pd.DataFrame):
-        raise DataContractError(
-            f"CSCV: returns must be a DataFrame of daily returns, dates x trials; received {type(returns).__name__}."
-        )
-    n_blocks = _check_n_blocks(n_blocks)
-    n_rows, n_trials = returns.shape
-    if n_trials < 2:
-        raise DataContractError(
-            f"CSCV needs at least 2 trials (columns) to select among; received {n_trials}. The probability of "
-            "backtest overfitting is undefined for a single trial."
-        )
-    if n_rows < max(n_blocks, 4):
-        raise DataContractError(
-            f"CSCV: {n_rows} rows cannot be cut into {n_blocks} blocks (each block needs a row and each half "
-            f"two); use fewer blocks or a longer period."
-        )
-    values = returns.to_numpy(np.float64)
-    bad = ~np.isfinite(values)
-    if bad.any():
-        rows = returns.index[bad.any(axis=1)]
-        raise DataContractError(
-            f"CSCV: returns hold {int(bad.sum())} NaN/inf values on {len(rows)} dates ({preview(rows, 3)}). Align "
-            "the trials on their common dates first (returns.dropna()), or fill days without positions with 0."
-        )
-    bounds = _block_bounds(n_rows, n_blocks)
-    combos = _combination_matrix(n_blocks)  # (C, S)
-    if metric is None:
-        centred = values - values.mean(axis=0)
-        block_total = np.add.reduceat(values, bounds[:-1], axis=0)  # (S, N)
-        block_centred = np.add.reduceat(centred, bounds[:-1], axis=0)
-        block_sq = np.add.reduceat(centred**2, bounds[:-1], axis=0)
-        block_rows = np.diff(bounds).astype(np.float64)
-        in_total, in_centred, in_sq = combos @ block_total, combos @ block_centred, combos @ block_sq
-        in_rows = combos @ block_rows
-        is_perf = _sharpe_from_sums(in_total, in_centred, in_sq, in_rows)
-        oos_perf = _sharpe_from_sums(
-            block_total.sum(axis=0) - in_total,
-            block_centred.sum(axis=0) - in_centred,
-            block_sq.sum(axis=0) - in_sq,
-            n_rows - in_rows,
-        )
-    else:
-        row_block = np.repeat(np.arange(n_blocks), np.diff(bounds))
-        is_perf = np.empty((len(combos), n_trials))
-        oos_perf = np.empty((len(combos), n_trials))
-        for c, chosen in enumerate(combos.astype(bool)):
-            in_sample = chosen[row_block]
-            for out, rows in ((is_perf, in_sample), (oos_perf, ~in_sample)):
-                value = np.asarray(metric(values[rows]), dtype=np.float64)
-                if value.shape != (n_trials,):
-                    raise DataContractError(
-                        f"CSCV: the metric must return one value per trial, shape ({n_trials},); returned "
-                        f"shape {value.shape}."
-                    )
-                out[c] = value
-    is_perf = np.where(np.isnan(is_perf), -np.inf, is_perf)
-    oos_perf = np.where(np.isnan(oos_perf), -np.inf, oos_perf)
-
-    selected = np.argmax(is_perf, axis=1)
-    picked = np.arange(len(combos))
-    chosen_oos = oos_perf[picked, selected]
-    below = (oos_perf < chosen_oos[:, None]).sum(axis=1)
-    tied = (oos_perf == chosen_oos[:, None]).sum(axis=1)  # the selected trial included
-    rank = below + (tied + 1) / 2.0  # average rank, 1 = worst
-    omega = rank / (n_trials + 1)
-    logits = np.log(omega / (1.0 - omega))
-
-    chosen_is = is_perf[picked, selected]
-    finite = np.isfinite(chosen_is) & np.isfinite(chosen_oos)
-    slope = intercept = float("nan")
-    if finite.sum() >= 2 and np.ptp(chosen_is[finite]) > 0:
-        slope, intercept = (float(v) for v in np.polyfit(chosen_is[finite], chosen_oos[finite], 1))
-    return PBOResult(
-        pbo=float(np.mean(logits <= 0.0)),
-        logits=logits,
-        n_blocks=n_blocks,
-        n_combinations=len(combos),
-        best_is_oos_rank=omega,
-        selected=selected.astype(np.int64),
-        is_performance=chosen_is,
-        oos_performance=chosen_oos,
-        degradation_slope=slope,
-        degradation_intercept=intercept,
-        prob_oos_loss=float(np.mean(chosen_oos < 0.0)),
-        trials=tuple(str(c) for c in returns.columns),
-        block_sizes=tuple(int(s) for s in np.diff(bounds)),
-    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -376,15 +103,17 @@ class StudyReport:
     trials : one row per trial (index ``trial``, in the column order of the returns): ``sharpe``,
         ``sharpe_ci_low`` / ``sharpe_ci_high`` (stationary bootstrap), ``ann_return``, ``max_drawdown``,
         ``sharpe_ex_best_month``, ``ann_return_ex_best_month``, ``sharpe_ex_best_3_months``,
-        ``ann_return_ex_best_3_months``, ``rank_ic_mean`` and ``turnover`` (from ``trial_metrics``, else
-        NaN), ``psr``, ``dsr`` (study-wide: ``n_trials`` and the variance of the trials' Sharpes),
-        ``diff_vs_baseline`` (annualised Sharpe difference), ``diff_ci_low`` / ``diff_ci_high`` (paired
-        bootstrap), ``verdict``, then the config columns of ``trial_metrics`` that differ between trials.
+        ``ann_return_ex_best_3_months``, the :data:`TRIAL_RUN_METRICS` (``rank_ic_mean``, ``rank_ic_se``,
+        ``baseline_factor_rank_ic_mean``, ``ndcg``, ``turnover``: from ``trial_metrics``, else NaN), ``psr``,
+        ``dsr`` (study-wide: ``n_trials`` and the variance of the trials' Sharpes), ``diff_vs_baseline``
+        (annualised Sharpe difference), ``diff_ci_low`` / ``diff_ci_high`` (paired bootstrap), ``verdict``,
+        then the config columns of ``trial_metrics`` that differ between trials.
     years : one row per (``year``, ``series``) for every trial and the benchmark (:data:`BENCHMARK_COLUMN`):
         ``n_days``, ``return`` (compounded over the year), ``excess_return`` (minus the benchmark's),
         ``sharpe``, ``max_drawdown`` (within the year).
     returns : aligned daily returns, the trials then the benchmark column :data:`BENCHMARK_COLUMN`.
-    pbo : :func:`pbo_cscv` of the trials, or None (fewer than 2 trials, or a period too short: see notes).
+    pbo : :func:`backtest.statistics.pbo_cscv` of the trials, or None (fewer than 2 trials, or a period too
+        short: see notes).
     n_trials : trials counted for the DSR (failed trials included).
     baseline : name of the baseline trial.
     expected_max_sharpe : annualised Sharpe expected from the best of ``n_trials`` unskilled trials.
@@ -429,6 +158,7 @@ _TRIAL_COLUMNS = (
     "rank_ic_mean",
     "rank_ic_se",
     "baseline_factor_rank_ic_mean",
+    "ndcg",
     "turnover",
     "psr",
     "dsr",
@@ -438,8 +168,9 @@ _TRIAL_COLUMNS = (
     "verdict",
 )
 #: The run metrics a study's trials table reads from each trial's run (the rest is computed from returns):
-#: the rank IC with its standard error, the best single factor's rank IC on the same folds, turnover.
-TRIAL_RUN_METRICS = ("rank_ic_mean", "rank_ic_se", "baseline_factor_rank_ic_mean", "turnover")
+#: the rank IC with its standard error, the best single factor's rank IC on the same folds, the NDCG at the
+#: trial's own ``top_k`` (one key whatever the depth, so a sweep over ``portfolio.top_k`` keeps it), turnover.
+TRIAL_RUN_METRICS = ("rank_ic_mean", "rank_ic_se", "baseline_factor_rank_ic_mean", "ndcg", "turnover")
 
 
 def _aligned_returns(returns: pd.DataFrame, benchmark: pd.Series, notes: list[str]) -> pd.DataFrame:
@@ -498,7 +229,7 @@ def _config_columns(trial_metrics: pd.DataFrame, names: list[str]) -> list[str]:
         str(c)
         for c in trial_metrics.columns
         if str(c) not in skip
-        and not str(c).startswith(("metrics.", "tags.", "ndcg_at_"))  # the NDCG key follows top_k
+        and not str(c).startswith(("metrics.", "tags."))
         and rows[c].nunique(dropna=False) > 1
     ]
 
@@ -508,14 +239,6 @@ def _metric_column(trial_metrics: pd.DataFrame, key: str) -> pd.Series | None:
         if column in trial_metrics.columns:
             return pd.to_numeric(trial_metrics[column], errors="coerce")
     return None
-
-
-def _reduced_blocks(n_rows: int, n_blocks: int) -> int:
-    """Largest even S <= n_blocks whose shortest block holds MIN_BLOCK_DAYS days (0 if none)."""
-    for s in range(n_blocks, 1, -2):
-        if n_rows // s >= MIN_BLOCK_DAYS:
-            return s
-    return 0
 
 
 def build_study_report(
@@ -541,14 +264,16 @@ def build_study_report(
     benchmark : Series indexed by date, the equal-weight universe's daily return.
     title : report title.
     trial_metrics : DataFrame indexed by trial name, optional
-        ``rank_ic_mean`` and ``turnover`` (or ``metrics.rank_ic_mean`` / ``metrics.turnover``) are read
-        from it; its other columns that are not metrics (``metrics.*``, ``tags.*``, headline keys) and
-        differ between the trials are copied as the trials' config (e.g. ``params.model.lr``).
+        the :data:`TRIAL_RUN_METRICS` (``rank_ic_mean``, ``turnover``, ... or ``metrics.rank_ic_mean``,
+        ``metrics.turnover``, ...) are read from it; its other columns that are not metrics (``metrics.*``,
+        ``tags.*``, headline keys) and differ between the trials are copied as the trials' config (e.g.
+        ``params.model.lr``).
     n_trials : trials counted for the DSR, default the number of columns; pass more when trials failed
         or were discarded (they were tried, so they deflate the winner). Not fewer than the columns.
     baseline : trial every other is compared with (default the first column).
-    n_blocks : CSCV blocks (see :func:`pbo_cscv`). Lowered to the largest even number whose shortest
-        block has :data:`MIN_BLOCK_DAYS` days when the period is short (noted); with fewer than
+    n_blocks : CSCV blocks (see :func:`backtest.statistics.pbo_cscv`). Lowered to the largest even number
+        whose shortest block has :data:`~backtest.statistics.MIN_BLOCK_DAYS` days when the period is short
+        (:func:`backtest.statistics.cscv_blocks`, noted); with fewer than
         ``2 * MIN_BLOCK_DAYS`` common days the PBO is skipped (noted).
     n_boot : bootstrap resamples of the Sharpe intervals and of the paired differences.
     seed : seeds every bootstrap: trial ``i``'s Sharpe interval uses ``default_rng([seed, i, 0])``, its
@@ -578,12 +303,12 @@ def build_study_report(
     baseline = names[0] if baseline is None else str(baseline)
     if baseline not in names:
         raise DataContractError(f"study report: baseline {baseline!r} is not a trial; trials: {preview(names)}.")
-    _check_n_blocks(n_blocks)
+    check_cscv_blocks(n_blocks)
 
     rows: dict[str, dict[str, object]] = {}
     for position, name in enumerate(names):
         r = frame[name]
-        low, high = m.sharpe_ci(r, np.random.default_rng([seed, position, 0]), n_boot)
+        low, high = sharpe_ci(r, np.random.default_rng([seed, position, 0]), n_boot)
         row: dict[str, object] = {
             "sharpe": m.sharpe(r),
             "sharpe_ci_low": low,
@@ -595,7 +320,7 @@ def build_study_report(
             rest = m.drop_best_months(r, n_months)
             row[f"sharpe_ex_best_{suffix}"] = m.sharpe(rest)
             row[f"ann_return_ex_best_{suffix}"] = m.ann_return(rest)
-        row.update({key: np.nan for key in TRIAL_RUN_METRICS}, psr=m.psr(r))
+        row.update({key: np.nan for key in TRIAL_RUN_METRICS}, psr=psr(r))
         diff, low, high = paired_sharpe_difference(
             r, frame[baseline], np.random.default_rng([seed, position, 1]), n_boot
         )
@@ -607,7 +332,7 @@ def build_study_report(
 
     sharpes = trials["sharpe"].astype(np.float64).dropna()
     var = float(sharpes.var(ddof=1)) if len(sharpes) >= 2 else 0.0
-    trials["dsr"] = [m.dsr(frame[name], n_trials, var) for name in names]
+    trials["dsr"] = [dsr(frame[name], n_trials, var) for name in names]
     if n_trials > len(names):
         notes.append(
             f"The DSR counts {n_trials} trials, {n_trials - len(names)} more than the {len(names)} reported here "
@@ -646,7 +371,7 @@ def build_study_report(
     if len(names) < 2:
         notes.append("PBO not computed: it needs at least 2 trials to select among, and this study has 1.")
     else:
-        blocks = _reduced_blocks(len(frame), int(n_blocks))
+        blocks = cscv_blocks(len(frame), int(n_blocks))
         if blocks == 0:
             notes.append(
                 f"PBO not computed: {len(frame)} common days are too few for 2 CSCV blocks of at least "
@@ -669,7 +394,7 @@ def build_study_report(
         pbo=pbo,
         n_trials=n_trials,
         baseline=baseline,
-        expected_max_sharpe=m.expected_max_sharpe(n_trials, var),
+        expected_max_sharpe=expected_max_sharpe(n_trials, var),
         trial_sharpe_var=var,
         notes=tuple(notes),
     )
@@ -717,7 +442,7 @@ def _plot_pbo(report: StudyReport, pbo: PBOResult, path: Path) -> Path:
     step = np.min(np.diff(values)) if len(values) > 1 else 1.0
     edges = np.r_[values[0] - step / 2.0, mids, values[-1] + step / 2.0]
     shown = [i for i in range(len(pbo.trials)) if (pbo.selected == i).any()]
-    annual = np.sqrt(m.PERIODS_PER_YEAR)
+    annual = np.sqrt(PERIODS_PER_YEAR)
     with new_figure((11, 4.5)) as figure:
         left, right = figure.subplots(1, 2)
         left.hist(
@@ -803,18 +528,7 @@ def _comparison_display(report: StudyReport) -> pd.DataFrame:
 
 
 def _pbo_summary(pbo: PBOResult) -> pd.DataFrame:
-    counts = pbo.selection_counts()
-    return pd.DataFrame(
-        {
-            "trial": counts.index,
-            "selected_in_sample": counts.to_numpy(),
-            "share": counts.to_numpy() / pbo.n_combinations,
-            "pbo_when_selected": [
-                float(np.mean(pbo.logits[pbo.selected == i] <= 0)) if counts.iloc[i] else np.nan
-                for i in range(len(counts))
-            ],
-        }
-    )
+    return pbo.selection_table()
 
 
 def _pbo_text(pbo: PBOResult) -> str:

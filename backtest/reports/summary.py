@@ -36,7 +36,7 @@ class RunSummary:
 
     n_folds: int
     n_features: int
-    ndcg_depth: int  # the headline NDCG is ndcg_at_<depth>: the portfolio's depth
+    ndcg_depth: int  # the depth of the headline ``ndcg``: the portfolio's top_k
     leak_guard: str
     feature_audit: str
     comparable: bool
@@ -72,7 +72,7 @@ def summary_text(returns: pd.Series, benchmark: pd.Series, metrics: Mapping[str,
         f"a pick not bought or a holding not sold, or a holding that did not trade)",
         "",
         f"rank IC {m.get('rank_ic_mean', nan):+.4f} (ICIR {m.get('icir', nan):+.3f}), "
-        f"NDCG@{run.ndcg_depth} {m.get(f'ndcg_at_{run.ndcg_depth}', nan):.4f}; "
+        f"NDCG@{run.ndcg_depth} {m.get('ndcg', nan):.4f}; "
         f"PSR {m.get('psr', nan):.3f}, {_dsr_text(m)}; "
         f"Sharpe 95% CI [{m.get('sharpe_ci_low', nan):+.2f}, {m.get('sharpe_ci_high', nan):+.2f}]",
         *baseline_lines(m),

@@ -47,7 +47,9 @@ import pandas as pd
 
 from backtest import metrics
 from backtest.baselines import comparison_table, factor_verdict
+from backtest.portfolio import DEFAULT_TOP_K
 from backtest.reports.returns import check_daily_returns
+from backtest.statistics import PERIODS_PER_YEAR
 
 logger = logging.getLogger(__name__)
 
@@ -90,10 +92,10 @@ class RunEvidence:
         ``sharpe_ex_best_month``, ``ann_return_ex_best_month``, ``sharpe_ex_best_3_months``,
         ``ann_return_ex_best_3_months``, ``sharpe_ci_low``, ``sharpe_ci_high``, ``psr``, ``dsr`` (or, for
         a sweep's job, ``dsr_provisional``),
-        ``rank_ic_mean``, ``icir``, ``ndcg_at_<ndcg_depth>``; a missing key shows as ``-``.
+        ``rank_ic_mean``, ``icir``, ``ndcg``; a missing key shows as ``-``.
     leak_guard, feature_audit : the guard verdicts (``passed`` / ``failed`` / ``disabled``).
     comparable : :func:`backtest.leakage.is_comparable` of the two.
-    ndcg_depth : which ``ndcg_at_<k>`` is the headline NDCG.
+    ndcg_depth : the depth of ``ndcg`` (the portfolio's ``top_k``), shown in its label.
     run_name, run_id : the tracked run, named on the page.
     """
 
@@ -101,12 +103,12 @@ class RunEvidence:
     leak_guard: str = "unknown"
     feature_audit: str = "unknown"
     comparable: bool = False
-    ndcg_depth: int = 5
+    ndcg_depth: int = DEFAULT_TOP_K
     run_name: str | None = None
     run_id: str | None = None
 
 
-def rolling_min_days(periods_per_year: int = metrics.PERIODS_PER_YEAR) -> int:
+def rolling_min_days(periods_per_year: int = PERIODS_PER_YEAR) -> int:
     """Fewest test days for which the tearsheet keeps quantstats' rolling charts: two of their 6-month
     windows (``2 * ceil(periods_per_year / 2)``), so that each curve spans at least half the period.
 
@@ -126,7 +128,7 @@ def write_tearsheet(
     path: Path | str,
     *,
     title: str = "Strategy tearsheet",
-    periods_per_year: int = metrics.PERIODS_PER_YEAR,
+    periods_per_year: int = PERIODS_PER_YEAR,
     evidence: RunEvidence | None = None,
 ) -> Tearsheet:
     """Write the HTML tearsheet of daily strategy returns against the equal-weight benchmark.
@@ -137,7 +139,7 @@ def write_tearsheet(
     benchmark : Series on the same dates, the equal-weight benchmark's daily returns.
     path : the HTML file to write (its folder is created).
     title : report title (the run name); the page title and heading add the test period.
-    periods_per_year : annualization (``backtest.metrics.PERIODS_PER_YEAR``).
+    periods_per_year : annualization (``backtest.statistics.PERIODS_PER_YEAR``).
     evidence : the run's robustness numbers and guard verdicts, shown first; None shows a note that
         the run's evidence was not given.
 
@@ -205,7 +207,7 @@ def _fmt(value: object, spec: str) -> str:
 
 
 def robustness_html(evidence: RunEvidence | None, *, ndays: int | None = None,
-                    periods_per_year: int = metrics.PERIODS_PER_YEAR) -> str:
+                    periods_per_year: int = PERIODS_PER_YEAR) -> str:
     """The robustness block that opens the tearsheet: a ``<section id="robustness">`` of two tables
     (Sharpe and annual return with and without the best months; interval, PSR, DSR, rank IC, NDCG) and
     the guard verdicts, all read from ``evidence`` (never recomputed).
@@ -240,7 +242,7 @@ def robustness_html(evidence: RunEvidence | None, *, ndays: int | None = None,
         _dsr_row(m),
         ("rank IC (mean daily)", _fmt(m.get("rank_ic_mean"), "+.4f")),
         ("ICIR", _fmt(m.get("icir"), "+.3f")),
-        (f"NDCG@{k}", _fmt(m.get(f"ndcg_at_{k}"), ".4f")),
+        (f"NDCG@{k}", _fmt(m.get("ndcg"), ".4f")),
     ])
     guards = "".join(
         f"<tr><td>{label}</td><td class='{'pass' if ok else 'fail'}'>{html.escape(value)}</td></tr>"
@@ -312,7 +314,7 @@ def _with_evidence(page: str, heading: str, block: str, hide_rolling: bool) -> s
 
 
 def tearsheet_metrics(
-    returns: pd.Series, benchmark: pd.Series, periods_per_year: int = metrics.PERIODS_PER_YEAR
+    returns: pd.Series, benchmark: pd.Series, periods_per_year: int = PERIODS_PER_YEAR
 ) -> pd.DataFrame:
     """Headline statistics of the tearsheet, from :mod:`backtest.metrics` (which defines them as
     quantstats does: compounded, risk-free rate 0).
@@ -378,7 +380,7 @@ def fallback_html(
     returns: pd.Series,
     benchmark: pd.Series,
     title: str,
-    periods_per_year: int = metrics.PERIODS_PER_YEAR,
+    periods_per_year: int = PERIODS_PER_YEAR,
     reason: str | None = None,
     *,
     evidence: RunEvidence | None = None,

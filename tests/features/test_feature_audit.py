@@ -51,6 +51,7 @@ def test_audit_passes_every_registered_feature(panel, cutoffs):
     cheap = audit_features(panel, EVERYTHING, cutoffs)
     for report in (full_future, cheap):
         assert report.passed and report.findings == () and report.offending == []
+        assert report.status == "passed"  # the feature_audit tag
         assert report.n_features == 389 and len(report.cutoffs) == len(cutoffs)
         report.raise_if_failed()
     assert cheap.n_values_compared < full_future.n_values_compared
@@ -79,7 +80,7 @@ def test_audit_passes_on_the_synthetic_market(tiny_panel):
 def test_each_planted_look_ahead_feature_is_flagged(leak, panel, cutoffs, leaky_registry):
     spec = FeatureSetSpec(name="leaky", indicators=(leak, "ret_5d", "mf_main_net_rate"), exclude=())
     report = audit_features(panel, spec, cutoffs, registry=leaky_registry)
-    assert not report.passed
+    assert not report.passed and report.status == "failed"
     assert {f.feature.removesuffix("_cs_rank").removesuffix("_cs_z") for f in report.findings} == {leak}
     worst = max(report.findings, key=lambda f: f.max_abs_diff)
     assert worst.max_abs_diff > 0 and worst.n_mismatched > 0 and worst.first_date <= worst.cutoff

@@ -16,7 +16,7 @@ RUN = RunSummary(n_folds=12, n_features=285, ndcg_depth=3, leak_guard="passed", 
 
 
 def test_summary_rows_are_the_tearsheet_values_of_both_series() -> None:
-    text = summary_text(STRATEGY, BENCHMARK, {"rank_ic_mean": 0.0312, "ndcg_at_3": 0.5, "win_rate_vs_ew": 0.5}, RUN)
+    text = summary_text(STRATEGY, BENCHMARK, {"rank_ic_mean": 0.0312, "ndcg": 0.5, "win_rate_vs_ew": 0.5}, RUN)
     lines = {line[:28].strip(): line[28:].split() for line in text.splitlines() if len(line) > 28}
     assert lines["Sharpe"] == [f"{metrics.sharpe(STRATEGY):+.2f}", f"{metrics.sharpe(BENCHMARK):+.2f}"]
     assert lines["max drawdown"] == ["-1.00%", f"{metrics.max_drawdown(BENCHMARK):+.2%}"]  # -2.22%: 0.9999 a pair

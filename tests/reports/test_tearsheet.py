@@ -158,7 +158,7 @@ EVIDENCE = RunEvidence(
     metrics={"sharpe": 1.2345, "ann_return": 0.2468, "sharpe_ex_best_month": 0.8765, "ann_return_ex_best_month": 0.1357,
              "sharpe_ex_best_3_months": 0.4321, "ann_return_ex_best_3_months": 0.0642, "sharpe_ci_low": -0.314,
              "sharpe_ci_high": 2.718, "psr": 0.9123, "dsr": 0.5432, "rank_ic_mean": 0.03125, "icir": 0.456,
-             "ndcg_at_5": 0.61234, "ndcg_at_10": 0.1},
+             "ndcg": 0.61234, "ndcg_at_10": 0.1},  # the key of old runs is not read
     leak_guard="passed", feature_audit="passed", comparable=True, ndcg_depth=5,
     run_name="lambdarank-all", run_id="0123abcd",
 )

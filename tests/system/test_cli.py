@@ -15,8 +15,9 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from backtest import cli
-from backtest.metrics import HEADLINE_KEYS, dsr, expected_max_sharpe
+from backtest.metrics import HEADLINE_KEYS
 from backtest.reports.study import STUDY_REPORT_FILES
+from backtest.statistics import dsr, expected_max_sharpe
 from backtest.tracking import ARTIFACTS
 from backtest.tracking.layout import COMPARE_IMAGES
 from tests.system.tiny_market import TINY
@@ -198,7 +199,7 @@ def test_sweep_groups_child_runs_under_one_parent(tmp_path: Path) -> None:
     assert unknown.returncode == 2 and "no finished run" in unknown.stderr and "Traceback" not in unknown.stderr
 
 
-def test_a_portfolio_depth_sweep_names_its_trials_and_reports_ndcg_at_each_depth(tmp_path: Path) -> None:
+def test_a_portfolio_depth_sweep_names_its_trials_and_reports_one_ndcg_key(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'depth.db'}"
     proc = _cli(["-m", *TINY, "portfolio.top_k=3,5", f"tracking.uri={uri}"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -207,8 +208,10 @@ def test_a_portfolio_depth_sweep_names_its_trials_and_reports_ndcg_at_each_depth
     children = sorted((r for r in runs if "mlflow.parentRunId" in r.data.tags), key=lambda r: r.data.tags["trial_num"])
     assert [c.info.run_name for c in children] == ["LambdaRankRanker-all portfolio.top_k=3",
                                                   "LambdaRankRanker-all portfolio.top_k=5"]
-    assert "ndcg_at_3" in children[0].data.metrics and "ndcg_at_5" not in children[0].data.metrics
-    assert "ndcg_at_5" in children[1].data.metrics
+    for child, depth in zip(children, ("3", "5"), strict=True):  # one key; the depth is a param
+        assert "ndcg" in child.data.metrics and "fold/ndcg" in child.data.metrics
+        assert child.data.params["ndcg_depth"] == depth == child.data.params["portfolio.top_k"]
+        assert not any(key.removeprefix("fold/").startswith("ndcg_at") for key in child.data.metrics)
     rows = [line for line in proc.stdout.splitlines() if "portfolio.top_k=" in line and "Sharpe" not in line]
     assert any("portfolio.top_k=3" in r for r in rows) and any("portfolio.top_k=5" in r for r in rows), proc.stdout
 

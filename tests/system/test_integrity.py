@@ -18,12 +18,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import backtest.provenance as provenance
+import backtest.code_fingerprint as fingerprinting
+from backtest.code_fingerprint import code_fingerprint
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.engine import BacktestResult, EngineOptions, run_backtest
 from backtest.labels import LabelSpec
 from backtest.portfolio import PortfolioSpec
-from backtest.provenance import code_fingerprint
 from backtest.splits import RollingSchedule
 from tests.small_backtest import SCHEDULE, small_ranker
 from tests.system import checkpoint_job
@@ -49,6 +49,7 @@ def test_the_code_fingerprint_follows_only_the_code_that_can_change_a_result(tmp
         ("backtest/tracking/run.py", False, False),  # recording a result
         ("backtest/reports/summary.py", False, False),  # drawing it
         ("backtest/cli.py", False, False),  # composing it
+        ("backtest/code_fingerprint.py", False, False),  # hashing it
         ("models/lambdarank.py", True, False),  # a model: checkpoints go stale, cached features do not
         ("backtest/engine.py", True, False),
         ("backtest/portfolio.py", True, False),
@@ -65,15 +66,15 @@ def test_the_code_fingerprint_follows_only_the_code_that_can_change_a_result(tmp
 
 
 def test_package_versions_enter_the_fingerprint_of_the_code_that_runs_on_them(monkeypatch) -> None:
-    real = provenance.package_versions
+    real = fingerprinting.package_versions
     base = _fingerprints()
 
     def upgraded(name: str):
         return lambda packages: {**real(packages), **({f"pkg.{name}": "99.0"} if name in packages else {})}
 
-    monkeypatch.setattr(provenance, "package_versions", upgraded("lightgbm"))
+    monkeypatch.setattr(fingerprinting, "package_versions", upgraded("lightgbm"))
     lightgbm = _fingerprints()
-    monkeypatch.setattr(provenance, "package_versions", upgraded("numpy"))
+    monkeypatch.setattr(fingerprinting, "package_versions", upgraded("numpy"))
     numpy = _fingerprints()
     assert lightgbm["result"] != base["result"] and lightgbm["features"] == base["features"]
     assert numpy["result"] != base["result"] and numpy["features"] != base["features"]
