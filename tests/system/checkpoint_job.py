@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+import backtest.checkpoints as checkpoints
 import backtest.engine as engine
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.data.synthetic import simulate_market
@@ -84,7 +85,7 @@ def arm(point: str, fold: int) -> None:
                     handle.truncate(Path(file).stat().st_size // 2)
                 _die()
 
-        engine.np.savez_compressed = savez  # type: ignore[assignment]
+        checkpoints.np.savez_compressed = savez  # type: ignore[assignment]
         return
     real_replace = os.replace
 
@@ -96,7 +97,7 @@ def arm(point: str, fold: int) -> None:
         if hit and point == "after_replace":
             _die()
 
-    engine.os.replace = replace  # type: ignore[assignment]
+    checkpoints.os.replace = replace  # type: ignore[assignment]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -125,9 +125,9 @@ def test_a_damaged_fold_checkpoint_is_recomputed_with_one_warning(how, tiny_pane
     n = len(first.records)
     damaged = next(tmp_path.rglob("fold_0002.npz"))
     _damage(damaged, how)
-    with caplog.at_level(logging.WARNING, logger="backtest.engine"):
+    with caplog.at_level(logging.WARNING, logger="backtest.checkpoints"):
         rerun = _backtest(tiny_panel, tmp_path)
-    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "backtest.engine"]
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "backtest.checkpoints"]
     assert len(warnings) == 1 and "fold_0002.npz" in warnings[0].getMessage()
     assert rerun.resumed_folds == n - 1
     _assert_bitwise_equal(rerun, stateless_reference)
@@ -146,11 +146,11 @@ def test_a_damaged_warm_start_checkpoint_refits_from_the_state_before_it(tiny_pa
                                                                          caplog) -> None:
     checkpoint_job.run(tmp_path)
     _damage(next(tmp_path.rglob("fold_0002.npz")), "truncated")
-    with caplog.at_level(logging.WARNING, logger="backtest.engine"):
+    with caplog.at_level(logging.WARNING, logger="backtest.checkpoints"):
         rerun = checkpoint_job.run(tmp_path)
     # fold 2 continues from fold 1's saved booster, fold 3 is read back, fold 4 continues from fold 3's
     assert rerun.resumed_folds == len(rerun.records) - 1
-    assert sum(r.levelno >= logging.WARNING and r.name == "backtest.engine" for r in caplog.records) == 1
+    assert sum(r.levelno >= logging.WARNING and r.name == "backtest.checkpoints" for r in caplog.records) == 1
     _assert_bitwise_equal(rerun, warm_reference)
 
 
