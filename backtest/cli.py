@@ -333,9 +333,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         progress.run = mlrun
         try:
             result = run_backtest(
-                panel, features=feature_spec, label=label_spec, schedule=schedule, ranker_factory=ranker_factory,
-                portfolio=portfolio_spec, data_fingerprint=data_fp, options=options, n_trials=n_trials,
-                trial_sharpe_var=trial_sharpe_var(tracker, study), seed=int(cfg.seed), on_fold=progress, plan=plan,
+                plan, features=feature_spec, ranker_factory=ranker_factory, data_fingerprint=data_fp, options=options,
+                n_trials=n_trials, trial_sharpe_var=trial_sharpe_var(tracker, study), seed=int(cfg.seed),
+                on_fold=progress,
                 oracle=oracle_scores(market, label_spec.exit_offset - label_spec.entry_offset) if market else None,
             )
         except LeakageError:

@@ -170,19 +170,32 @@ class BacktestResult:
 
 @dataclass(frozen=True, eq=False)
 class BacktestPlan:
-    """The labels and the purged folds of a backtest: everything that can refuse it cheaply."""
+    """What :func:`run_backtest` runs: the panel, label, schedule and portfolio it was made from, and
+    their labels and purged folds, everything that can refuse a backtest cheaply (:func:`plan_backtest`)."""
 
+    panel: pd.DataFrame
+    label: LabelSpec
+    schedule: RollingSchedule
+    portfolio: PortfolioSpec
     labels: Labels
     folds: list[Fold]
+    seconds: float = 0.0  # what making it took (the run's ``plan_s``)
 
 
 def plan_backtest(panel: pd.DataFrame, *, label: LabelSpec, schedule: RollingSchedule,
-                  portfolio: PortfolioSpec | None = None) -> BacktestPlan:
+                  portfolio: PortfolioSpec) -> BacktestPlan:
     """Make the labels and the folds (about a second on the default market), before any expensive work.
 
-    Every fold is purged from ``label_end`` and checked by :func:`backtest.leakage.check_fold` inside
-    :meth:`RollingSchedule.folds` (LeakageError on a breach). With ``portfolio``, the test period's
-    universe is checked first (:func:`backtest.portfolio.check_universe`).
+    The test period's universe is checked first (:func:`backtest.portfolio.check_universe`). Every fold
+    is purged from ``label_end`` and checked by :func:`backtest.leakage.check_fold` inside
+    :meth:`RollingSchedule.folds` (LeakageError on a breach). A caller plans before it opens a tracked
+    run, so that a schedule the data cannot serve is refused before anything is written, then hands the
+    plan to :func:`run_backtest`.
+
+    Parameters
+    ----------
+    panel : the validated canonical panel, indexed by (date, code).
+    label, schedule, portfolio : the specs of each part (see their modules).
 
     Raises
     ------
@@ -192,14 +205,14 @@ def plan_backtest(panel: pd.DataFrame, *, label: LabelSpec, schedule: RollingSch
         period.
     InsufficientHistoryError : a fold cannot get its training window from the labelled history.
     """
+    started = time.perf_counter()
     calendar = pd.DatetimeIndex(panel.index.get_level_values(0).unique())
-    if portfolio is not None:
-        check_universe(panel, portfolio, schedule.test_period(calendar))
+    check_universe(panel, portfolio, schedule.test_period(calendar))
     labels = make_labels(panel, label)
     folds = schedule.folds(calendar, labels.label_end)
     if not folds:
         raise InsufficientHistoryError("the schedule has no folds: the test period holds no trading day")
-    return BacktestPlan(labels, folds)
+    return BacktestPlan(panel, label, schedule, portfolio, labels, folds, time.perf_counter() - started)
 
 
 def _libc_malloc_trim() -> Callable[[int], int] | None:
@@ -240,13 +253,10 @@ def release_freed_memory(stage: str) -> None:
 
 
 def run_backtest(
-    panel: pd.DataFrame,
+    plan: BacktestPlan,
     *,
     features: FeatureSetSpec,
-    label: LabelSpec,
-    schedule: RollingSchedule,
     ranker_factory: RankerFactory,
-    portfolio: PortfolioSpec,
     data_fingerprint: str,
     options: EngineOptions = EngineOptions(),
     n_trials: int = 1,
@@ -254,41 +264,35 @@ def run_backtest(
     seed: int = 0,
     on_fold: Callable[[FoldOutcome, int], None] | None = None,
     registry: FeatureRegistry | None = None,
-    plan: BacktestPlan | None = None,
     oracle: pd.Series | None = None,
 ) -> BacktestResult:
-    """Run a leakage-guarded rolling backtest of ``ranker_factory``'s model on ``panel``.
+    """Run a leakage-guarded rolling backtest of ``ranker_factory``'s model on the plan's panel.
 
     Parameters
     ----------
-    panel : the validated canonical panel, indexed by (date, code).
-    features, label, schedule, portfolio : the specs of each part (see their modules).
+    plan : :func:`plan_backtest` of the panel with the label, schedule and portfolio to run; the
+        backtest takes them from it, so it runs on exactly what was planned.
+    features : the feature set spec (:mod:`backtest.features.sets`).
     ranker_factory : builds a fresh ranker (models.base.Ranker).
     data_fingerprint : ``panel_fingerprint(panel)``, keys the feature cache and the checkpoints.
     n_trials, trial_sharpe_var : for the deflated Sharpe ratio (the study this run belongs to).
     on_fold : called after each fold with its outcome and the number of folds (progress display).
     registry : the feature indicators (default: the library's registry); the audit covers them all.
-    plan : :func:`plan_backtest` of the same panel, label and schedule, when the caller made it first
-        (to refuse a bad schedule before opening a tracked run); None makes it here.
     oracle : on a synthetic market, the scores of its oracle (:func:`backtest.data.synthetic.oracle_scores`,
         indexed by (date, code)): ``oracle_rank_ic`` is their rank IC on the model's scored rows and
         ``signal_capture`` the model's rank IC as a share of it. Never an input of the model.
 
     Raises
     ------
-    ConfigError, InsufficientHistoryError : the schedule cannot be served (see :func:`plan_backtest`).
+    ConfigError : with ``backend="dask"``, no scheduler answers at ``options.scheduler``;
+        ``features.keep_by_gain`` with a ranker that reports no gain importance.
     FeatureAuditError : a feature's past values change when future data is removed.
     LeakageError : a fold trains on a label that ends after its cutoff (with the purge on).
     """
-    timings: dict[str, float] = {}
+    timings: dict[str, float] = {"plan_s": plan.seconds}
     started = time.perf_counter()
-    if plan is None:
-        plan = plan_backtest(panel, label=label, schedule=schedule, portfolio=portfolio)
-    else:  # the caller's plan may have been made without the portfolio: its universe is checked here
-        dates = pd.DatetimeIndex(panel.index.get_level_values(0).unique())
-        check_universe(panel, portfolio, schedule.test_period(dates))
+    panel, label, schedule, portfolio = plan.panel, plan.label, plan.schedule, plan.portfolio
     labels, folds = plan.labels, plan.folds
-    timings["plan_s"] = time.perf_counter() - started
     if options.backend == "dask":
         _dask_client(options.scheduler).close()  # an unreachable scheduler is refused before the features
 

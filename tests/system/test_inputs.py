@@ -26,7 +26,7 @@ import pytest
 import backtest.engine as engine
 from backtest import cli
 from backtest.data.fingerprint import panel_fingerprint
-from backtest.engine import EngineOptions, run_backtest
+from backtest.engine import EngineOptions, plan_backtest, run_backtest
 from backtest.errors import ConfigError, DataContractError, TrackingError
 from backtest.features.sets import FeatureSetSpec
 from backtest.labels import LabelSpec
@@ -148,12 +148,13 @@ def _backtest(panel: pd.DataFrame, portfolio: PortfolioSpec, monkeypatch) -> Non
     monkeypatch.setattr(engine, "audit_features", no_work)
     monkeypatch.setattr(engine, "build_features", no_work)
     monkeypatch.setattr(engine, "load_or_build_features", no_work)
-    run_backtest(
-        panel, features=FEATURES, label=LabelSpec(),
+    plan = plan_backtest(
+        panel, label=LabelSpec(),
         schedule=RollingSchedule(retrain_every=20, train_window=100, valid_days=10, test_start="2022-07-01"),
-        ranker_factory=lambda: LambdaRankRanker(LambdaRankConfig(num_boost_round=5, num_threads=1)),
-        portfolio=portfolio, data_fingerprint=panel_fingerprint(panel),
+        portfolio=portfolio,
     )
+    run_backtest(plan, features=FEATURES, data_fingerprint=panel_fingerprint(panel),
+                 ranker_factory=lambda: LambdaRankRanker(LambdaRankConfig(num_boost_round=5, num_threads=1)))
 
 
 def test_a_test_period_in_which_nothing_trades_is_refused(tiny_panel: pd.DataFrame, monkeypatch) -> None:

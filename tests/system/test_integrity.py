@@ -20,7 +20,7 @@ import pytest
 
 import backtest.provenance as provenance
 from backtest.data.fingerprint import panel_fingerprint
-from backtest.engine import BacktestResult, EngineOptions, run_backtest
+from backtest.engine import BacktestResult, EngineOptions, plan_backtest, run_backtest
 from backtest.labels import LabelSpec
 from backtest.portfolio import PortfolioSpec
 from backtest.provenance import code_fingerprint
@@ -83,9 +83,9 @@ def test_package_versions_enter_the_fingerprint_of_the_code_that_runs_on_them(mo
 
 
 def _backtest(panel: pd.DataFrame, checkpoint_dir: Path | None, factory=small_ranker) -> BacktestResult:
+    plan = plan_backtest(panel, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE), portfolio=PortfolioSpec())
     return run_backtest(
-        panel, features=checkpoint_job.FEATURES, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE),
-        ranker_factory=factory, portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(panel),
+        plan, features=checkpoint_job.FEATURES, ranker_factory=factory, data_fingerprint=panel_fingerprint(panel),
         options=EngineOptions(checkpoint_dir=checkpoint_dir, audit_cutoffs=0), seed=3,
     )
 
