@@ -277,9 +277,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     """The main job: compose, build, run under the guards, record in MLflow, print the summary."""
     _stop_on_signals()
     trial = _sweep_trial()
-    from backtest.cache import cache_paths
     from backtest.data.synthetic import oracle_scores
-    from backtest.engine import EngineOptions, plan_backtest, run_backtest
+    from backtest.engine import plan_backtest, run_backtest
     from backtest.errors import StoreUnavailableError
     from backtest.leakage import is_comparable
     from backtest.record import ReportChoice, record_backtest
@@ -296,14 +295,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     tracking_cfg = _build(cfg.tracking)
     ranker_factory = _build(cfg.model, _partial_=True)
     check_label_processing(ranker_factory(), label_spec.processing)  # also fails now on a bad model config
-    engine_cfg = cfg.engine
-    feature_dir, checkpoint_dir = cache_paths(engine_cfg.get("cache_dir") or None)
-    options = EngineOptions(
-        n_jobs=int(engine_cfg.n_jobs), backend=str(engine_cfg.backend), scheduler=engine_cfg.get("scheduler"),
-        feature_cache_dir=feature_dir if engine_cfg.feature_cache else None,
-        checkpoint_dir=checkpoint_dir if engine_cfg.checkpoints else None,
-        audit_cutoffs=int(engine_cfg.audit_cutoffs),
-    )
+    options = _build(cfg.engine)
     leak_demo = bool(schedule.leak_demo)
 
     t0 = time.perf_counter()

@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from backtest.baselines import Baselines, run_baselines
+from backtest.cache import cache_paths
 from backtest.checkpoints import Checkpoints, FoldOutcome, run_key
 from backtest.errors import ConfigError, FeatureAuditError, InsufficientHistoryError
 from backtest.features.audit import AuditReport, audit_features, choose_cutoffs
@@ -119,6 +120,17 @@ class EngineOptions:
         for what, directory in (("feature cache", self.feature_cache_dir), ("checkpoint", self.checkpoint_dir)):
             if directory is not None:
                 _check_writable(Path(directory), what)
+
+    @classmethod
+    def from_config(cls, *, n_jobs: int, backend: str, scheduler: str | None, feature_cache: bool, checkpoints: bool,
+                    cache_dir: str | None, audit_cutoffs: int) -> EngineOptions:
+        """The options of the ``engine`` config group (its ``_target_``): the caches are switched on or off
+        and live under ``cache_dir`` (None: the project's ``.cache``; :func:`backtest.cache.cache_paths`),
+        the other keys are the fields of the same name."""
+        feature_dir, checkpoint_dir = cache_paths(cache_dir or None)
+        return cls(n_jobs=n_jobs, backend=backend, scheduler=scheduler,
+                   feature_cache_dir=feature_dir if feature_cache else None,
+                   checkpoint_dir=checkpoint_dir if checkpoints else None, audit_cutoffs=audit_cutoffs)
 
 
 def _check_writable(directory: Path, what: str) -> None:
