@@ -365,9 +365,9 @@ def _check_server(uri: str, timeout_s: float = 5.0) -> None:
     except (urllib.error.URLError, OSError) as exc:
         raise TrackingError(
             f"The MLflow server at {redact_uri(uri)!r} does not answer ({exc}). Expected a running "
-            "server. Fix: start one (mlflow server --backend-store-uri sqlite:///<abs>/mlruns.db "
-            "--artifacts-destination <abs>/mlartifacts --host 127.0.0.1 --port 5000 --workers 1) "
-            "or unset tracking.uri to use the local SQLite store."
+            "server. Fix: start one (make ui serves the project's store on 127.0.0.1:5000; python -m "
+            "backtest.tracking.ui serve --uri sqlite:///<abs>/mlruns.db another store; make team-store a "
+            "team's) or unset tracking.uri to use the local SQLite store."
         ) from exc
 
 

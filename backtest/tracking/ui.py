@@ -51,6 +51,7 @@ from backtest import PROJECT_DIR
 from backtest.errors import ConfigError, TrackingError
 from backtest.tracking.layout import COMPARE_IMAGES
 from backtest.tracking.redaction import redact_uri
+from backtest.tracking.store import resolve_tracking_uri
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +116,25 @@ def server_command(
         "--uvicorn-opts", "--no-access-log",  # the links printed at start stay readable
         *extra_args,
     ]  # fmt: skip
+
+
+def ui_command(uri: str, project_dir: Path | str = PROJECT_DIR) -> str:
+    """How to browse the store ``uri`` in MLflow's UI, as one line to print: a server's own address; for a
+    database store the command that serves it (:func:`serve`: :func:`server_command` run with
+    :func:`server_env`), ``make ui`` for the project's own store.
+
+    >>> ui_command("http://mlflow.team:5000")
+    'http://mlflow.team:5000'
+    >>> ui_command("sqlite:////data/runs/mlruns.db", project_dir="/work/project")
+    'python -m backtest.tracking.ui serve --uri sqlite:////data/runs/mlruns.db'
+    >>> ui_command("sqlite:////work/project/mlruns.db", project_dir="/work/project")
+    'make ui'
+    """
+    if urlsplit(uri).scheme.lower() in ("http", "https", "databricks"):
+        return redact_uri(uri)
+    if uri == resolve_tracking_uri(None, project_dir):
+        return "make ui"
+    return f"python -m backtest.tracking.ui serve --uri {redact_uri(uri)}"
 
 
 def server_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
