@@ -62,15 +62,13 @@ CONF = PROJECT / "conf"
 def build_parts(choices: dict[str, str], overrides: list[str],
                 groups: tuple[str, ...] = ("features", "label", "portfolio")) -> dict[str, Any]:
     """``groups`` built, with ``schedule``, ``model`` (a factory), ``seed`` and the resolved ``config``."""
-    import hydra
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    from backtest.cli.compose import build
+
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         cfg = compose("config", overrides=[f"{g}={o}" for g, o in choices.items()] + overrides)
-
-    def build(node: Any, **kw: Any) -> Any:
-        return hydra.utils.instantiate(node, _convert_="all", **kw)
 
     parts = {g: build(cfg[g]) for g in groups}
     parts.update(schedule=build(cfg.backtest), model=build(cfg.model, _partial_=True),

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
-from backtest.cli import CONF_DIR
+from backtest.cli.compose import CONF_DIR
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.engine import EngineOptions, plan_backtest, run_backtest
 from backtest.errors import ConfigError

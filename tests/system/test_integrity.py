@@ -48,7 +48,7 @@ def test_the_code_fingerprint_follows_only_the_code_that_can_change_a_result(tmp
     edits = [
         ("backtest/tracking/run.py", False, False),  # recording a result
         ("backtest/reports/summary.py", False, False),  # drawing it
-        ("backtest/cli.py", False, False),  # composing it
+        ("backtest/cli/compose.py", False, False),  # composing it
         ("models/lambdarank.py", True, False),  # a model: checkpoints go stale, cached features do not
         ("backtest/engine.py", True, False),
         ("backtest/portfolio.py", True, False),
