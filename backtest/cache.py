@@ -4,7 +4,8 @@ and fill numba's: ``python -m backtest.cache compile`` (the setup runs it).
 The feature cache (``.cache/features``) holds feature matrices keyed by data fingerprint, feature set and
 the feature code's fingerprint; the checkpoints (``.cache/checkpoints``) hold finished folds of backtests,
 keyed by everything a fold depends on including the code fingerprint
-(:func:`backtest.code_fingerprint.code_fingerprint`), so that a killed run resumes. Every entry carries a
+(:func:`backtest.code_fingerprint.code_fingerprint`), so that a killed run resumes (their format:
+:mod:`backtest.checkpoints`). Every entry carries a
 checksum checked on load: a damaged one is discarded with a warning and recomputed. Both are safe to
 delete at any time; entries of older code are never read again, and ``clear`` removes them.
 
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 from backtest import PROJECT_DIR
+from backtest.checkpoints import fold_units
 from backtest.features.cache import FeatureCache
 
 CACHE_DIR = PROJECT_DIR / ".cache"
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             runs = sorted(p for p in checkpoints.glob("*") if p.is_dir()) if checkpoints.exists() else []
             print(f"checkpoints ({len(runs)} runs):")
             for run in runs:
-                n = len(list(run.glob("fold_*.npz")))
+                n = len(fold_units(run))
                 print(f"  {run.name}  {n} folds  {_size(run) / 2**20:.1f} MiB")
         return 0
     removed = 0

@@ -26,7 +26,7 @@ CodeScope = Literal["result", "features"]
 #: ``result`` keys the fold checkpoints: every module that can change a fold's scores or the metrics. Left
 #: out are the modules that record, render or launch a result and compute none of its numbers: the
 #: tracking package (the MLflow store), ``reports/`` (tearsheet, plots, drift report, summary, all drawn
-#: from a finished result), ``cli.py`` and ``record.py`` (composition and artifact logging; every value
+#: from a finished result), ``cli/`` and ``record.py`` (composition and artifact logging; every value
 #: they hand the engine is in the run key), ``cache.py`` (the cache command), ``provenance.py`` (tags),
 #: this module and the ``__main__`` launchers; ``data/tushare_download.py`` only fetches files, which the
 #: data fingerprint covers.
@@ -35,7 +35,7 @@ CodeScope = Literal["result", "features"]
 CODE_SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "result": (
         ("backtest", "models"),
-        ("backtest/tracking/", "backtest/reports/", "backtest/cli.py", "backtest/record.py", "backtest/cache.py",
+        ("backtest/tracking/", "backtest/reports/", "backtest/cli/", "backtest/record.py", "backtest/cache.py",
          "backtest/provenance.py", "backtest/code_fingerprint.py", "backtest/__main__.py",
          "backtest/data/tushare_download.py"),
         ("numpy", "pandas", "scipy", "lightgbm", "torch"),

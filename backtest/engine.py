@@ -17,25 +17,21 @@ labels) is broadcast to a Dask cluster's workers once per backtest, not once per
 prepares its ranker (LambdaRank's binning) once and fits every fold it is given on it, as the in-process
 loop does. Each finished fold is checkpointed under ``checkpoint_dir/<run key>/`` so that a killed
 backtest rerun with the same inputs resumes where it stopped and gives identical results. The run key
-includes the code fingerprint (:func:`backtest.provenance.code_fingerprint`): changed code or packages
+includes the code fingerprint (:func:`backtest.code_fingerprint.code_fingerprint`): changed code or packages
 never resume from what older code computed. A fold's checkpoint is one file with its outcome, a stateful
 ranker's state after it and a checksum, renamed into place in one step; one that fails its checks is
-deleted with a warning and its fold recomputed."""
+deleted with a warning and its fold recomputed (the format: :mod:`backtest.checkpoints`)."""
 
 from __future__ import annotations
 
 import ctypes
 import gc
-import hashlib
-import json
 import logging
 import os
 import tempfile
 import threading
 import time
 import uuid
-import zipfile
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,12 +40,13 @@ import numpy as np
 import pandas as pd
 
 from backtest.baselines import Baselines, run_baselines
-from backtest.checksum import CHECKSUM_ALGORITHM, checksum
+from backtest.cache import cache_paths
+from backtest.checkpoints import Checkpoints, FoldOutcome, run_key
 from backtest.code_fingerprint import code_fingerprint
 from backtest.errors import ConfigError, FeatureAuditError, InsufficientHistoryError
 from backtest.features.audit import AuditReport, audit_features, choose_cutoffs
 from backtest.features.build import FeatureMatrix, build_features
-from backtest.features.cache import CorruptEntryError, load_or_build_features
+from backtest.features.cache import load_or_build_features
 from backtest.features.registry import FeatureRegistry
 from backtest.features.sets import FeatureSetSpec, select_by_gain
 from backtest.labels import Labels, LabelSpec, make_labels
@@ -124,6 +121,17 @@ class EngineOptions:
             if directory is not None:
                 _check_writable(Path(directory), what)
 
+    @classmethod
+    def from_config(cls, *, n_jobs: int, backend: str, scheduler: str | None, feature_cache: bool, checkpoints: bool,
+                    cache_dir: str | None, audit_cutoffs: int) -> EngineOptions:
+        """The options of the ``engine`` config group (its ``_target_``): the caches are switched on or off
+        and live under ``cache_dir`` (None: the project's ``.cache``; :func:`backtest.cache.cache_paths`),
+        the other keys are the fields of the same name."""
+        feature_dir, checkpoint_dir = cache_paths(cache_dir or None)
+        return cls(n_jobs=n_jobs, backend=backend, scheduler=scheduler,
+                   feature_cache_dir=feature_dir if feature_cache else None,
+                   checkpoint_dir=checkpoint_dir if checkpoints else None, audit_cutoffs=audit_cutoffs)
+
 
 def _check_writable(directory: Path, what: str) -> None:
     """Create ``directory`` if needed and write a probe file into it; ConfigError when that fails."""
@@ -139,18 +147,6 @@ def _check_writable(directory: Path, what: str) -> None:
             "  fix: engine.cache_dir=<a writable directory>, or run without a cache: engine.feature_cache=false "
             "engine.checkpoints=false"
         ) from None
-
-
-@dataclass(frozen=True)
-class FoldOutcome:
-    """What one fold produced: scores for its decision dates and its evidence."""
-
-    fold: int
-    scores: np.ndarray  # aligned with the fold's prediction rows
-    rows: np.ndarray  # positions of those rows in the feature matrix
-    importance: dict[str, float]
-    metrics: dict[str, float]
-    resumed: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,7 +167,7 @@ class BacktestResult:
     feature_audit: GuardStatus
     feature_cache_hit: bool
     ndcg_depth: int  # depth of the headline and per-fold ``ndcg``: the portfolio's top_k (param ndcg_depth)
-    #: :func:`backtest.provenance.code_fingerprint` of this process: the source and package versions that
+    #: :func:`backtest.code_fingerprint.code_fingerprint` of this process: the source and package versions that
     #: can change the result; it keys the checkpoints (and, for the feature code, the feature cache)
     code_fingerprint: str = ""
     #: the baselines on the same folds (None when ``EngineOptions.baselines`` is off)
@@ -186,19 +182,32 @@ class BacktestResult:
 
 @dataclass(frozen=True, eq=False)
 class BacktestPlan:
-    """The labels and the purged folds of a backtest: everything that can refuse it cheaply."""
+    """What :func:`run_backtest` runs: the panel, label, schedule and portfolio it was made from, and
+    their labels and purged folds, everything that can refuse a backtest cheaply (:func:`plan_backtest`)."""
 
+    panel: pd.DataFrame
+    label: LabelSpec
+    schedule: RollingSchedule
+    portfolio: PortfolioSpec
     labels: Labels
     folds: list[Fold]
+    seconds: float = 0.0  # what making it took (the run's ``plan_s``)
 
 
 def plan_backtest(panel: pd.DataFrame, *, label: LabelSpec, schedule: RollingSchedule,
-                  portfolio: PortfolioSpec | None = None) -> BacktestPlan:
+                  portfolio: PortfolioSpec) -> BacktestPlan:
     """Make the labels and the folds (about a second on the default market), before any expensive work.
 
-    Every fold is purged from ``label_end`` and checked by :func:`backtest.leakage.check_fold` inside
-    :meth:`RollingSchedule.folds` (LeakageError on a breach). With ``portfolio``, the test period's
-    universe is checked first (:func:`backtest.portfolio.check_universe`).
+    The test period's universe is checked first (:func:`backtest.portfolio.check_universe`). Every fold
+    is purged from ``label_end`` and checked by :func:`backtest.leakage.check_fold` inside
+    :meth:`RollingSchedule.folds` (LeakageError on a breach). A caller plans before it opens a tracked
+    run, so that a schedule the data cannot serve is refused before anything is written, then hands the
+    plan to :func:`run_backtest`.
+
+    Parameters
+    ----------
+    panel : the validated canonical panel, indexed by (date, code).
+    label, schedule, portfolio : the specs of each part (see their modules).
 
     Raises
     ------
@@ -208,14 +217,14 @@ def plan_backtest(panel: pd.DataFrame, *, label: LabelSpec, schedule: RollingSch
         period.
     InsufficientHistoryError : a fold cannot get its training window from the labelled history.
     """
+    started = time.perf_counter()
     calendar = pd.DatetimeIndex(panel.index.get_level_values(0).unique())
-    if portfolio is not None:
-        check_universe(panel, portfolio, schedule.test_period(calendar))
+    check_universe(panel, portfolio, schedule.test_period(calendar))
     labels = make_labels(panel, label)
     folds = schedule.folds(calendar, labels.label_end)
     if not folds:
         raise InsufficientHistoryError("the schedule has no folds: the test period holds no trading day")
-    return BacktestPlan(labels, folds)
+    return BacktestPlan(panel, label, schedule, portfolio, labels, folds, time.perf_counter() - started)
 
 
 def _libc_malloc_trim() -> Callable[[int], int] | None:
@@ -256,13 +265,10 @@ def release_freed_memory(stage: str) -> None:
 
 
 def run_backtest(
-    panel: pd.DataFrame,
+    plan: BacktestPlan,
     *,
     features: FeatureSetSpec,
-    label: LabelSpec,
-    schedule: RollingSchedule,
     ranker_factory: RankerFactory,
-    portfolio: PortfolioSpec,
     data_fingerprint: str,
     options: EngineOptions = EngineOptions(),
     n_trials: int = 1,
@@ -270,41 +276,35 @@ def run_backtest(
     seed: int = 0,
     on_fold: Callable[[FoldOutcome, int], None] | None = None,
     registry: FeatureRegistry | None = None,
-    plan: BacktestPlan | None = None,
     oracle: pd.Series | None = None,
 ) -> BacktestResult:
-    """Run a leakage-guarded rolling backtest of ``ranker_factory``'s model on ``panel``.
+    """Run a leakage-guarded rolling backtest of ``ranker_factory``'s model on the plan's panel.
 
     Parameters
     ----------
-    panel : the validated canonical panel, indexed by (date, code).
-    features, label, schedule, portfolio : the specs of each part (see their modules).
+    plan : :func:`plan_backtest` of the panel with the label, schedule and portfolio to run; the
+        backtest takes them from it, so it runs on exactly what was planned.
+    features : the feature set spec (:mod:`backtest.features.sets`).
     ranker_factory : builds a fresh ranker (models.base.Ranker).
     data_fingerprint : ``panel_fingerprint(panel)``, keys the feature cache and the checkpoints.
     n_trials, trial_sharpe_var : for the deflated Sharpe ratio (the study this run belongs to).
     on_fold : called after each fold with its outcome and the number of folds (progress display).
     registry : the feature indicators (default: the library's registry); the audit covers them all.
-    plan : :func:`plan_backtest` of the same panel, label and schedule, when the caller made it first
-        (to refuse a bad schedule before opening a tracked run); None makes it here.
     oracle : on a synthetic market, the scores of its oracle (:func:`backtest.data.synthetic.oracle_scores`,
         indexed by (date, code)): ``oracle_rank_ic`` is their rank IC on the model's scored rows and
         ``signal_capture`` the model's rank IC as a share of it. Never an input of the model.
 
     Raises
     ------
-    ConfigError, InsufficientHistoryError : the schedule cannot be served (see :func:`plan_backtest`).
+    ConfigError : with ``backend="dask"``, no scheduler answers at ``options.scheduler``;
+        ``features.keep_by_gain`` with a ranker that reports no gain importance.
     FeatureAuditError : a feature's past values change when future data is removed.
     LeakageError : a fold trains on a label that ends after its cutoff (with the purge on).
     """
-    timings: dict[str, float] = {}
+    timings: dict[str, float] = {"plan_s": plan.seconds}
     started = time.perf_counter()
-    if plan is None:
-        plan = plan_backtest(panel, label=label, schedule=schedule, portfolio=portfolio)
-    else:  # the caller's plan may have been made without the portfolio: its universe is checked here
-        dates = pd.DatetimeIndex(panel.index.get_level_values(0).unique())
-        check_universe(panel, portfolio, schedule.test_period(dates))
+    panel, label, schedule, portfolio = plan.panel, plan.label, plan.schedule, plan.portfolio
     labels, folds = plan.labels, plan.folds
-    timings["plan_s"] = time.perf_counter() - started
     if options.backend == "dask":
         _dask_client(options.scheduler).close()  # an unreachable scheduler is refused before the features
 
@@ -343,8 +343,8 @@ def run_backtest(
     code_fp = code_fingerprint()
     ckpt = None
     if options.checkpoint_dir:
-        key = _run_key(data_fingerprint, matrix.fingerprint, label, schedule, ranker_factory, seed, code_fp)
-        ckpt = _Checkpoints(options.checkpoint_dir / key, code_fingerprint=code_fp, stateful=probe.stateful)
+        key = run_key(data_fingerprint, matrix.fingerprint, label, schedule, ranker_factory, seed, code_fp)
+        ckpt = Checkpoints(options.checkpoint_dir / key, code_fingerprint=code_fp, stateful=probe.stateful)
 
     t0 = time.perf_counter()
     outcomes = list(
@@ -489,7 +489,7 @@ def _dask_client(address: str | None):
 
 def _run_folds(
     samples: RankingData, data: RankingData, folds: list[Fold], factory: RankerFactory,
-    labels: Labels, options: EngineOptions, ckpt: _Checkpoints | None,
+    labels: Labels, options: EngineOptions, ckpt: Checkpoints | None,
     on_fold: Callable[[FoldOutcome, int], None] | None, ndcg: _Ndcg,
 ) -> Iterator[FoldOutcome]:
     index = pd.MultiIndex.from_arrays([pd.DatetimeIndex(data.dates), data.codes], names=["date", "code"])
@@ -595,127 +595,3 @@ def _audit_cutoffs(panel: pd.DataFrame, schedule: RollingSchedule, n: int) -> li
     """
     calendar = pd.DatetimeIndex(panel.index.get_level_values(0).unique())
     return choose_cutoffs(panel, n, period=schedule.test_period(calendar))
-
-
-# --- checkpoints -----------------------------------------------------------------------------------
-
-
-def _run_key(data_fp: str, feature_fp: str, label: LabelSpec, schedule: RollingSchedule,
-             factory: RankerFactory, seed: int, code_fp: str) -> str:
-    """The checkpoint folder of a run: everything its folds' outcomes depend on, the code included
-    (``code_fp``: :func:`backtest.provenance.code_fingerprint`), so that changed code never resumes from
-    folds that older code computed."""
-    probe = factory()
-    payload = json.dumps(
-        {"data": data_fp, "features": feature_fp, "label": repr(label), "schedule": repr(schedule),
-         "model": type(probe).__name__, "params": probe.params, "seed": seed, "code": code_fp},
-        sort_keys=True, default=str,
-    )
-    return hashlib.blake2b(payload.encode(), digest_size=10).hexdigest()
-
-
-_MODEL_PREFIX = "model/"
-
-
-class _Checkpoints:
-    """The finished folds of one run key: one ``fold_NNNN.npz`` per fold, one unit each.
-
-    A unit holds the fold's outcome (scores, rows, importance, metrics), the code fingerprint that
-    computed it, for a stateful ranker the model state after the fold (the files of ``ranker.save``),
-    and a checksum over all of them. It is written to a temporary file and renamed into place in one
-    step, so a kill at any instant leaves the whole unit or none of it: never a model without its
-    outcome, nor an outcome without its model (the warm-start resume then continues from exactly the
-    state the uninterrupted run had). A unit that fails its checksum, cannot be read, comes from other
-    code or lacks the model a stateful ranker needs is deleted with one warning and its fold is
-    recomputed.
-    """
-
-    def __init__(self, directory: Path, *, code_fingerprint: str, stateful: bool) -> None:
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.code_fingerprint = code_fingerprint
-        self.stateful = stateful
-        self._models: dict[int, dict[str, bytes]] = {}
-        #: code fingerprints of the units :meth:`completed` read (the one of this run, by the key)
-        self.resumed_from: set[str] = set()
-
-    def _path(self, fold: int) -> Path:
-        return self.directory / f"fold_{fold:04d}.npz"
-
-    def save(self, outcome: FoldOutcome, ranker: Ranker | None = None) -> None:
-        """Write the unit of ``outcome`` (with the state of ``ranker`` when given) atomically."""
-        meta = json.dumps({"fold": outcome.fold, "code": self.code_fingerprint, "importance": outcome.importance,
-                           "metrics": outcome.metrics, "checksum_algorithm": CHECKSUM_ALGORITHM})
-        arrays = {"meta": np.frombuffer(meta.encode(), dtype=np.uint8), "scores": outcome.scores, "rows": outcome.rows}
-        if ranker is not None:
-            with tempfile.TemporaryDirectory(prefix="ranker-state-") as tmp:
-                ranker.save(tmp)
-                for file in sorted(p for p in Path(tmp).rglob("*") if p.is_file()):
-                    name = _MODEL_PREFIX + file.relative_to(tmp).as_posix()
-                    arrays[name] = np.frombuffer(file.read_bytes(), dtype=np.uint8)
-        arrays["checksum"] = np.frombuffer(_unit_checksum(arrays).encode(), dtype=np.uint8)
-        tmp_path = self.directory / f".fold_{outcome.fold:04d}.{os.getpid()}.tmp.npz"
-        np.savez_compressed(tmp_path, **arrays)  # a warm-started booster's text compresses well
-        os.replace(tmp_path, self._path(outcome.fold))
-
-    def completed(self) -> dict[int, FoldOutcome]:
-        """The folds whose units pass their checks; the others are deleted (one warning each)."""
-        self._remove_leftovers()
-        out: dict[int, FoldOutcome] = {}
-        for path in sorted(self.directory.glob("fold_*.npz")):
-            try:
-                fold = int(path.stem.split("_")[1])
-                with np.load(path, allow_pickle=False) as z:
-                    arrays = {name: z[name] for name in z.files}
-                stored = arrays.pop("checksum").tobytes().decode()
-                if stored != _unit_checksum(arrays):
-                    raise CorruptEntryError("it does not match its checksum")
-                meta = json.loads(arrays["meta"].tobytes().decode())
-                if meta["fold"] != fold or meta["code"] != self.code_fingerprint:
-                    raise CorruptEntryError(f"it holds fold {meta['fold']} of code {meta['code']}, expected fold "
-                                            f"{fold} of code {self.code_fingerprint}")
-                model = {name.removeprefix(_MODEL_PREFIX): a.tobytes() for name, a in arrays.items()
-                         if name.startswith(_MODEL_PREFIX)}
-                if self.stateful and not model:
-                    raise CorruptEntryError("it holds no model state, which a stateful ranker needs to continue")
-                outcome = FoldOutcome(fold, arrays["scores"], arrays["rows"], meta["importance"], meta["metrics"],
-                                      resumed=True)
-            except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
-                log.warning("checkpoint %s is corrupt (%s); deleted, its fold will be recomputed", path, exc)
-                path.unlink(missing_ok=True)
-                continue
-            out[fold] = outcome
-            self.resumed_from.add(meta["code"])
-            if model:
-                self._models[fold] = model
-        if out:
-            log.info("resuming: %d finished fold(s) found in %s", len(out), self.directory)
-        return out
-
-    def restore_ranker(self, fold: int, current: Ranker) -> Ranker:
-        """``current`` with the model state saved with ``fold`` (:meth:`Ranker.adopt_state`)."""
-        with tempfile.TemporaryDirectory(prefix="ranker-state-") as tmp:
-            for name, data in self._models[fold].items():
-                target = Path(tmp) / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
-            current.adopt_state(type(current).load(tmp))
-        return current
-
-    def _remove_leftovers(self) -> None:
-        """Delete the temporary files of writers that were killed (their process is gone)."""
-        for path in self.directory.glob(".fold_*.tmp.npz"):
-            try:
-                os.kill(int(path.name.split(".")[2]), 0)
-            except (ValueError, IndexError, ProcessLookupError):
-                path.unlink(missing_ok=True)
-            except PermissionError:  # alive, another user's
-                pass
-
-
-def _unit_checksum(arrays: dict[str, np.ndarray]) -> str:
-    """Checksum over a checkpoint unit's arrays (names and contents, in name order)."""
-    parts: list[np.ndarray | str] = []
-    for name in sorted(arrays):
-        parts += [name, arrays[name]]
-    return checksum(*parts)

@@ -9,8 +9,16 @@ the provenance and guard tags, at the paths of :data:`backtest.tracking.layout.A
                                          fold, periods, feature importance, per-fold feature
                                          PSI, leakage records, feature audit, reports/, then the tags
                                          (comparable last)
+                   --record_run-------> the same, with the run's provenance; if the store stopped
+                                         answering, the whole run in the fallback store instead
 
 The tags come last so that a run that died while being recorded never says ``comparable=true``.
+
+The main job opens its run from a :class:`RunIdentity` (name, config, tags, study) and hands the result to
+:func:`record_run`, which decides where it is recorded: in that run, or, when the store stopped answering,
+in a run of the local fallback store (:func:`backtest.tracking.fallback_uri`) opened from the same identity
+and tagged ``pending_sync=true``, ``fallback_for=<the store>`` and ``superseded_run=<the run left behind>``
+(``python -m backtest.tracking sync`` hands it over later); the run left behind ends FAILED saying so.
 
 The reports get the run's own evidence, never recomputed: the tearsheet's robustness block reads the
 engine's headline metrics and guard verdicts (:func:`run_evidence`); the drift report gets each fold's
@@ -22,24 +30,32 @@ report from the store alone.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import tempfile
-from dataclasses import dataclass
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from backtest.drift import PSI_MAX_ROWS, feature_value_drift, psi_artifact, psi_by_fold
 from backtest.drift import fold_windows as windows_of_folds
 from backtest.engine import BacktestResult
+from backtest.errors import FeatureAuditError, LeakageError, StoreUnavailableError
 from backtest.leakage import is_comparable
 from backtest.provenance import Provenance
 from backtest.reports import DriftRun, RunEvidence, write_backtest_reports
 from backtest.reports.files import REPORT_FILES
 from backtest.reports.plots import plot_fold_metric
-from backtest.tracking import ARTIFACTS, TrackedRun
+from backtest.tracking import ARTIFACTS, TrackedRun, Tracker, fallback_uri, redact_uri
 from backtest.tracking.layout import COMPARE_IMAGES
 from backtest.tracking.ui import log_compare_images
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,6 +65,111 @@ class ReportChoice:
     tearsheet: bool = True
     plots: bool = True
     drift_report: bool = True
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What a backtest's run is called and carries besides its result: the same in the store it is opened
+    in and, should that store stop answering, in the fallback store.
+
+    Attributes
+    ----------
+    name : the run name (a job of a sweep: with the values it was given).
+    config : the resolved config, logged as params and ``config/config.yaml`` (secrets redacted).
+    tags : the tags set when the run opens (``leak_demo``, ``config_key``; a sweep job's ``trial``, ``trial_num``).
+    data_fingerprint : the panel's fingerprint (:func:`backtest.data.fingerprint.panel_fingerprint`).
+    leak_demo : the config declares the run a leakage demonstration.
+    study, n_trials : the study the run belongs to (tag ``study``) and its number of trials (for the DSR).
+    parent_run_id : a sweep's parent run, in the store the run is opened in.
+    sweep_job : a job of a sweep: its own DSR is provisional (``dsr_provisional``); the study-wide ``dsr``
+        is logged when the sweep ends.
+    """
+
+    name: str
+    config: Mapping[str, Any]
+    tags: Mapping[str, str]
+    data_fingerprint: str
+    leak_demo: bool = False
+    study: str | None = None
+    n_trials: int = 1
+    parent_run_id: str | None = None
+    sweep_job: bool = False
+
+    @contextlib.contextmanager
+    def open(self, tracker: Tracker) -> Iterator[TrackedRun]:
+        """A run of ``tracker`` with this name, tags and config; it ends FINISHED, or FAILED / KILLED with the
+        reason (:meth:`backtest.tracking.Tracker.start_run`)."""
+        with tracker.start_run(self.name, parent_run_id=self.parent_run_id, study=self.study,
+                               n_trials=self.n_trials, tags=self.tags) as run:
+            run.log_config(self.config)
+            yield run
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    """Where a backtest was recorded: its run, the run's artifact root and the store holding it."""
+
+    run_id: str
+    artifact_uri: str
+    store_uri: str
+
+
+def record_run(tracker: Tracker, run: TrackedRun, result: BacktestResult, identity: RunIdentity, *,
+               reports: ReportChoice, fallback: str | None = None,
+               lost: StoreUnavailableError | None = None) -> RecordedRun:
+    """Record ``result`` with its provenance in ``run`` (opened by ``identity.open(tracker)``), or, when the
+    store stops answering, the whole run in the fallback store; returns where it went.
+
+    Parameters
+    ----------
+    tracker, run : the store and the open run the backtest was tracked in while it ran.
+    result : the finished backtest; a sweep job's ``dsr`` becomes ``dsr_provisional`` in its metrics.
+    identity : what the run was opened with; a fallback run is opened with the same (without the parent).
+    reports : which reports to write.
+    fallback : the fallback store (None: the project's, :func:`backtest.tracking.fallback_uri`).
+    lost : the store already stopped answering while the folds were logged: record in the fallback store
+        at once. ``run``'s per-fold metrics were logged as the folds finished; a fallback run gets them all.
+
+    Raises
+    ------
+    StoreUnavailableError : the fallback store cannot be written either (both runs end FAILED).
+    """
+    if identity.sweep_job and "dsr" in result.metrics:  # the study-wide dsr is logged when the sweep ends
+        result.metrics["dsr_provisional"] = result.metrics.pop("dsr")
+    provenance = Provenance(
+        data_fingerprint=identity.data_fingerprint, feature_fingerprint=result.features.fingerprint,
+        leak_guard=result.leak_guard, feature_audit=result.feature_audit, leak_demo=identity.leak_demo,
+        code_fingerprint=result.code_fingerprint,
+    )
+    try:
+        if lost is not None:
+            raise lost
+        t0 = time.perf_counter()
+        record_backtest(run, result, provenance=provenance, title=identity.name, reports=reports, fold_metrics=False)
+        result.timings["record_s"] = time.perf_counter() - t0
+        return RecordedRun(run.run_id, run.artifact_uri, tracker.uri)
+    except StoreUnavailableError as exc:
+        # The server is gone: the whole run goes to the local fallback store, to be synced later.
+        local = Tracker(fallback or fallback_uri(tracker.project_dir), tracker.experiment, tracker.project_dir)
+        pending = replace(identity, parent_run_id=None, tags={
+            **identity.tags, "pending_sync": "true", "fallback_for": redact_uri(tracker.uri),
+            "superseded_run": run.run_id,
+        })
+        with pending.open(local) as copy:
+            record_backtest(copy, result, provenance=provenance, title=identity.name, reports=reports)
+            recorded = RecordedRun(copy.run_id, copy.artifact_uri, local.uri)
+        log.warning("the tracking store %s stopped answering (%s): the run was recorded in the fallback store "
+                    "%s as %s. When the server is back: python -m backtest.tracking sync --to %s",
+                    redact_uri(tracker.uri), exc, local.uri, recorded.run_id, redact_uri(tracker.uri))
+        run.end("FAILED", error=f"the store stopped answering; recorded in the fallback store as {recorded.run_id}")
+        return recorded
+
+
+def record_guard_failure(run: TrackedRun, exc: LeakageError | FeatureAuditError, data_fingerprint: str) -> None:
+    """Tag the run that a guard stopped with the guard that failed (``leak_guard`` or ``feature_audit``:
+    ``failed``) and the data it ran on; the run then ends FAILED with the error."""
+    guard = "feature_audit" if isinstance(exc, FeatureAuditError) else "leak_guard"
+    run.set_tags({guard: "failed", "data_fingerprint": data_fingerprint})
 
 
 def record_backtest(run: TrackedRun, result: BacktestResult, *, provenance: Provenance, title: str,

@@ -23,12 +23,12 @@ import tracemalloc
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from bench_transformer_backtest import build_parts  # noqa: E402
+from bench_transformer_backtest import build_parts
 
-from backtest.baselines import baseline_scores  # noqa: E402
-from backtest.data.fingerprint import panel_fingerprint  # noqa: E402
-from backtest.engine import plan_backtest  # noqa: E402
-from backtest.features import build_features  # noqa: E402
+from backtest.baselines import baseline_scores
+from backtest.data.fingerprint import panel_fingerprint
+from backtest.engine import plan_backtest
+from backtest.features import build_features
 
 
 def main() -> None:

@@ -116,16 +116,17 @@ def run_setting(name: str, threads: int, cache: str | None, rehearse: bool = Fal
 
     from backtest.data.fingerprint import panel_fingerprint
     from backtest.data.synthetic import oracle_scores
-    from backtest.engine import EngineOptions, run_backtest
+    from backtest.engine import EngineOptions, plan_backtest, run_backtest
     from models.base import check_label_processing
 
     t0 = time.perf_counter()
     parts = build_setting(name, threads, rehearse)
     market, label, factory = parts["data"], parts["label"], parts["model"]
     check_label_processing(factory(), label.processing)
+    plan = plan_backtest(market.panel, label=label, schedule=parts["schedule"], portfolio=parts["portfolio"])
     result = run_backtest(
-        market.panel, features=parts["features"], label=label, schedule=parts["schedule"], ranker_factory=factory,
-        portfolio=parts["portfolio"], data_fingerprint=panel_fingerprint(market.panel), seed=parts["seed"],
+        plan, features=parts["features"], ranker_factory=factory,
+        data_fingerprint=panel_fingerprint(market.panel), seed=parts["seed"],
         options=EngineOptions(feature_cache_dir=Path(cache) if cache else None),
         oracle=oracle_scores(market, label.exit_offset - label.entry_offset),
     )

@@ -18,13 +18,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import numpy as np  # noqa: E402
-from bench_transformer_backtest import build_parts  # noqa: E402
+import numpy as np
+from bench_transformer_backtest import build_parts
 
-from backtest.data.fingerprint import panel_fingerprint  # noqa: E402
-from backtest.engine import _fold_sets, _ranking_data, plan_backtest  # noqa: E402
-from backtest.features import build_features  # noqa: E402
-from models.lambdarank import LambdaRankRanker  # noqa: E402
+from backtest.data.fingerprint import panel_fingerprint
+from backtest.engine import _fold_sets, _ranking_data, plan_backtest
+from backtest.features import build_features
+from models.lambdarank import LambdaRankRanker
 
 ROUNDS = 20
 #: LambdaRankConfig fields changed from the default (none of them changes the bins)

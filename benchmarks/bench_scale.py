@@ -20,7 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from e2e import run_main_job  # noqa: E402
+from e2e import run_main_job
 
 SIZES = ["460:300:2018", "1500:1000:2018", "460:300:2021"]
 STAGES = ("audit_s", "features_s", "binning_s", "folds_s", "baselines_s", "portfolio_s", "record_s")

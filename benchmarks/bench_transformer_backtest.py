@@ -10,7 +10,7 @@ weight), and ``conf/backtest/default.yaml``: monthly retraining over the two tes
 (``RollingSchedule(retrain_every=20, train_window=500, valid_days=20, embargo=2)``, 25 folds), with the
 feature audit on 3 cutoffs and the engine's baselines (best single factor, linear ranker) on the same
 folds. ``backtest.engine.run_backtest`` is called directly, without MLflow; the specs are built from
-``conf/`` by Hydra's compose and instantiate, as ``backtest/cli.py`` builds them (on a GPU machine without
+``conf/`` by Hydra's compose and instantiate, as ``backtest/cli/compose.py`` builds them (on a GPU machine without
 the project's environment, install the wheels of hydra-core, omegaconf, antlr4-python3-runtime, pandas,
 numba and lightgbm for its Python first).
 
@@ -34,6 +34,7 @@ one H200.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -49,7 +50,7 @@ sys.path.insert(0, str(PROJECT))
 
 from backtest.data.fingerprint import panel_fingerprint  # noqa: E402
 from backtest.data.synthetic import oracle_scores  # noqa: E402
-from backtest.engine import BacktestPlan, EngineOptions, plan_backtest, run_backtest  # noqa: E402
+from backtest.engine import EngineOptions, plan_backtest, run_backtest  # noqa: E402
 from models.base import check_label_processing  # noqa: E402
 
 CONF = PROJECT / "conf"
@@ -61,15 +62,13 @@ CONF = PROJECT / "conf"
 def build_parts(choices: dict[str, str], overrides: list[str],
                 groups: tuple[str, ...] = ("features", "label", "portfolio")) -> dict[str, Any]:
     """``groups`` built, with ``schedule``, ``model`` (a factory), ``seed`` and the resolved ``config``."""
-    import hydra
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    from backtest.cli.compose import build
+
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         cfg = compose("config", overrides=[f"{g}={o}" for g, o in choices.items()] + overrides)
-
-    def build(node: Any, **kw: Any) -> Any:
-        return hydra.utils.instantiate(node, _convert_="all", **kw)
 
     parts = {g: build(cfg[g]) for g in groups}
     parts.update(schedule=build(cfg.backtest), model=build(cfg.model, _partial_=True),
@@ -104,7 +103,7 @@ def run_model(model: str, market: Any, panel: Any, data_fp: str, args: argparse.
     t0 = time.perf_counter()
     plan = plan_backtest(panel, label=parts["label"], schedule=parts["schedule"], portfolio=parts["portfolio"])
     if args.folds:
-        plan = BacktestPlan(plan.labels, plan.folds[: args.folds])
+        plan = dataclasses.replace(plan, folds=plan.folds[: args.folds])
     folds: list[dict[str, Any]] = []
     last = [time.perf_counter()]
 
@@ -123,9 +122,8 @@ def run_model(model: str, market: Any, panel: Any, data_fp: str, args: argparse.
     label = parts["label"]
     last[0] = time.perf_counter()
     result = run_backtest(
-        panel, features=parts["features"], label=label, schedule=parts["schedule"], ranker_factory=factory,
-        portfolio=parts["portfolio"], data_fingerprint=data_fp, options=options, seed=parts["seed"],
-        on_fold=on_fold, plan=plan, oracle=oracle_scores(market, label.exit_offset - label.entry_offset),
+        plan, features=parts["features"], ranker_factory=factory, data_fingerprint=data_fp, options=options,
+        seed=parts["seed"], on_fold=on_fold, oracle=oracle_scores(market, label.exit_offset - label.entry_offset),
     )
     wall = time.perf_counter() - t0
     per_fold = np.array([f["fit_predict_s"] for f in folds])

@@ -25,7 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from e2e import run_main_job  # noqa: E402
+from e2e import run_main_job
 
 SCHEDULES = {"weekly": ["backtest.retrain_every=5", "backtest.train_window=730"], "monthly": []}
 LEVERS: dict[str, list[str]] = {

@@ -2,7 +2,7 @@
 
 :func:`run_main_job` starts the CLI in a fresh process with a cold feature cache, no checkpoints to resume
 from and a store of its own, and returns its wall time, its peak resident memory (``wait4``'s
-``ru_maxrss`` of that process), the stage timings the CLI logs (:data:`backtest.cli.STAGE_SECONDS`: plan,
+``ru_maxrss`` of that process), the stage timings the CLI logs (:data:`backtest.cli.progress.STAGE_SECONDS`: plan,
 audit, features, folds, portfolio, baselines, record), and the run read back from the store: its headline
 metrics and its per-fold metrics (``fold/trees``, ``fold/fit_seconds``, ...), and the peak resident
 memory so far at the end of each stage (the engine's ``memory:`` debug lines,
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backtest import PROJECT_DIR
-from backtest.cli import STAGE_SECONDS
+from backtest.cli.progress import STAGE_SECONDS
 
 #: the engine's per-stage memory line (``release_freed_memory``)
 STAGE_PEAK = re.compile(r"memory: (\w+) done, peak so far ([\d.]+) GiB")
@@ -55,7 +55,7 @@ def run_main_job(overrides: list[str], *, timeout_s: float = 3600.0, keep: Path 
         command = [sys.executable, "-m", "backtest", *overrides, f"engine.cache_dir={tmp}/cache",
                    f"tracking.uri={store}", f"hydra.run.dir={tmp}/run", "hydra.verbose=backtest.engine"]
         load = os.getloadavg()[0]
-        log = open(f"{tmp}/out.log", "w+")  # noqa: SIM115 (closed below)
+        log = open(f"{tmp}/out.log", "w+")
         t0 = time.perf_counter()
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT_DIR,
                                 env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from backtest.cli import CONF_DIR
+from backtest.cli.compose import CONF_DIR
 from backtest.data.synthetic import SyntheticMarket, simulate_market
 from tests.small_backtest import MARKET
 

@@ -3,7 +3,7 @@
 ``MARKET`` is the market of the ``tiny_market`` / ``tiny_panel`` fixtures (``tests/conftest.py``) and of the
 checkpoint job that the system tests run as a subprocess (``tests/system/checkpoint_job.py``).
 ``backtest(panel)`` is the engine's small run on it: a few indicators, a short rolling schedule and a small
-LambdaRank on one thread, seeded.
+LambdaRank on one thread, seeded; ``plan(panel)`` its plan (:func:`backtest.engine.plan_backtest`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pandas as pd
 
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.data.synthetic import SyntheticMarketConfig
-from backtest.engine import BacktestResult, EngineOptions, run_backtest
+from backtest.engine import BacktestPlan, BacktestResult, EngineOptions, plan_backtest, run_backtest
 from backtest.features.sets import FeatureSetSpec
 from backtest.labels import LabelSpec
 from backtest.portfolio import PortfolioSpec
@@ -32,12 +32,16 @@ def small_ranker(**kw) -> LambdaRankRanker:
     return LambdaRankRanker(LambdaRankConfig(num_boost_round=30, num_threads=1, min_data_in_leaf=40, **kw))
 
 
+def plan(panel: pd.DataFrame, schedule: RollingSchedule | None = None) -> BacktestPlan:
+    """The small run's plan on ``panel``: the default label and portfolio, ``SCHEDULE`` unless ``schedule``
+    is given."""
+    return plan_backtest(panel, label=LabelSpec(), schedule=schedule or RollingSchedule(**SCHEDULE),
+                         portfolio=PortfolioSpec())
+
+
 def backtest(panel: pd.DataFrame, schedule: RollingSchedule | None = None, factory=small_ranker,
              **options) -> BacktestResult:
     """The small run on ``panel`` (``SCHEDULE`` unless ``schedule`` is given); ``options`` are EngineOptions
     fields."""
-    return run_backtest(
-        panel, features=FEATURES, label=LabelSpec(), schedule=schedule or RollingSchedule(**SCHEDULE),
-        ranker_factory=factory, portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(panel),
-        options=EngineOptions(**options), seed=3,
-    )
+    return run_backtest(plan(panel, schedule), features=FEATURES, ranker_factory=factory,
+                        data_fingerprint=panel_fingerprint(panel), options=EngineOptions(**options), seed=3)

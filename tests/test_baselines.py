@@ -20,7 +20,7 @@ from backtest.baselines import (
 )
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.data.synthetic import oracle_scores
-from backtest.engine import run_backtest
+from backtest.engine import plan_backtest, run_backtest
 from backtest.features.build import build_features
 from backtest.labels import LabelSpec, make_labels
 from backtest.metrics import daily_ic, rank_ic_mean, sharpe
@@ -168,8 +168,8 @@ def test_the_oracle_bounds_what_a_model_captures(tiny_market) -> None:
     share of it."""
     oracle = oracle_scores(tiny_market, 4)
     panel = tiny_market.panel
-    result = run_backtest(panel, features=FEATURES, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE),
-                          ranker_factory=small_ranker, portfolio=PortfolioSpec(),
+    plan = plan_backtest(panel, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE), portfolio=PortfolioSpec())
+    result = run_backtest(plan, features=FEATURES, ranker_factory=small_ranker,
                           data_fingerprint=panel_fingerprint(panel), seed=3, oracle=oracle)
     m = result.metrics
     fwd = result.labels.fwd_return.reindex(result.scores.index)

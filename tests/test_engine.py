@@ -13,7 +13,7 @@ import pytest
 import backtest.engine as engine
 from backtest.code_fingerprint import code_fingerprint
 from backtest.data.fingerprint import panel_fingerprint
-from backtest.engine import EngineOptions, run_backtest
+from backtest.engine import EngineOptions, plan_backtest, run_backtest
 from backtest.errors import ConfigError, FeatureAuditError
 from backtest.features.registry import default_registry
 from backtest.features.sets import FeatureSetSpec
@@ -24,7 +24,7 @@ from backtest.portfolio import PortfolioSpec
 from backtest.splits import RollingSchedule
 from models.lambdarank import LambdaRankRanker
 from tests.features.feature_fixtures import PLANTED
-from tests.small_backtest import FEATURES, SCHEDULE, backtest, small_ranker
+from tests.small_backtest import FEATURES, SCHEDULE, backtest, plan, small_ranker
 
 
 @pytest.fixture(scope="module")
@@ -142,16 +142,16 @@ def test_killed_run_resumes_with_identical_results(result, tiny_panel, tmp_path:
 
     with pytest.raises(Killed):
         run_backtest(
-            tiny_panel, features=FEATURES, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE),
-            ranker_factory=small_ranker, portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(tiny_panel),
+            plan(tiny_panel), features=FEATURES, ranker_factory=small_ranker,
+            data_fingerprint=panel_fingerprint(tiny_panel),
             options=EngineOptions(checkpoint_dir=tmp_path), seed=3, on_fold=kill_after_three,
         )
     saved = list(tmp_path.rglob("fold_*.npz"))
     assert len(saved) == 3
     seen = []
     resumed = run_backtest(
-        tiny_panel, features=FEATURES, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE),
-        ranker_factory=small_ranker, portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(tiny_panel),
+        plan(tiny_panel), features=FEATURES, ranker_factory=small_ranker,
+        data_fingerprint=panel_fingerprint(tiny_panel),
         options=EngineOptions(checkpoint_dir=tmp_path), seed=3, on_fold=lambda o, n: seen.append(o.resumed),
     )
     assert seen[:3] == [True, True, True] and not any(seen[3:])
@@ -198,11 +198,11 @@ def test_warm_start_resume_is_identical(tiny_panel, tmp_path: Path) -> None:
             raise Killed
 
     opts = EngineOptions(checkpoint_dir=tmp_path)
-    kwargs = dict(features=FEATURES, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE), ranker_factory=warm,
-                  portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(tiny_panel), options=opts, seed=3)
+    kwargs = dict(features=FEATURES, ranker_factory=warm, data_fingerprint=panel_fingerprint(tiny_panel),
+                  options=opts, seed=3)
     with pytest.raises(Killed):
-        run_backtest(tiny_panel, on_fold=kill, **kwargs)
-    resumed = run_backtest(tiny_panel, **kwargs)
+        run_backtest(plan(tiny_panel), on_fold=kill, **kwargs)
+    resumed = run_backtest(plan(tiny_panel), **kwargs)
     pd.testing.assert_series_equal(resumed.scores, straight.scores)
 
 
@@ -221,9 +221,10 @@ def test_leak_demo_is_tagged_disabled(tiny_panel) -> None:
 
 def test_the_ndcg_is_at_the_portfolio_depth_not_the_models(tiny_panel) -> None:
     """The model early-stops at its configured NDCG@5; the run's ndcg is at the 3 stocks it buys."""
+    three = plan_backtest(tiny_panel, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE),
+                          portfolio=PortfolioSpec(top_k=3))
     res = run_backtest(
-        tiny_panel, features=FEATURES, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE),
-        ranker_factory=small_ranker, portfolio=PortfolioSpec(top_k=3), data_fingerprint=panel_fingerprint(tiny_panel),
+        three, features=FEATURES, ranker_factory=small_ranker, data_fingerprint=panel_fingerprint(tiny_panel),
         options=EngineOptions(audit_cutoffs=0), seed=3,
     )
     assert small_ranker().ndcg_depth == 5 and res.ndcg_depth == 3
@@ -243,17 +244,16 @@ def test_a_look_ahead_feature_stops_the_run_and_is_named(tiny_panel) -> None:
     spec = FeatureSetSpec(name="leaky", indicators=("ret_5d", PLANTED[0].name), windows=(5,))
     with pytest.raises(FeatureAuditError, match=PLANTED[0].name):
         run_backtest(
-            tiny_panel, features=spec, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE),
-            ranker_factory=small_ranker, portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(tiny_panel),
-            registry=registry,
+            plan(tiny_panel), features=spec, ranker_factory=small_ranker,
+            data_fingerprint=panel_fingerprint(tiny_panel), registry=registry,
         )
 
 
 def test_top_k_selection_uses_only_data_before_the_first_decision(tiny_panel) -> None:
     spec = FeatureSetSpec(name="top3", indicators=FEATURES.indicators, windows=(5,), keep_by_gain=3)
     res = run_backtest(
-        tiny_panel, features=spec, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE),
-        ranker_factory=small_ranker, portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(tiny_panel), seed=3,
+        plan(tiny_panel), features=spec, ranker_factory=small_ranker, data_fingerprint=panel_fingerprint(tiny_panel),
+        seed=3,
     )
     assert len(res.feature_names) == 3
     assert set(res.importance.columns) <= set(res.feature_names)

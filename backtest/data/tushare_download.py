@@ -225,7 +225,7 @@ def _token_from_env() -> str:
 
 def _tushare_client(token: str) -> tuple[TushareClient, str]:
     try:
-        import tushare  # noqa: PLC0415 - optional dependency, imported only for a real download
+        import tushare
     except ImportError:
         raise ConfigError("the tushare package is not installed\n  fix: .venv/bin/pip install -e '.[tushare]' "
                           "(the optional 'tushare' extra)") from None
@@ -257,7 +257,7 @@ class _Calls:
             self.count += 1
             try:
                 result = self._client.query(api, fields=fields, **params)
-            except Exception as exc:  # noqa: BLE001 - any client failure is retried, then reported scrubbed
+            except Exception as exc:
                 message = self._scrub(f"{type(exc).__name__}: {exc}")
                 if attempt == attempts:
                     raise TushareRequestError(

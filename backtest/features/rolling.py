@@ -165,7 +165,7 @@ def _deviation_sum(
 
 
 @kernel
-def _deviation_kernel(x, center, y, center_y, window, kind, both):  # noqa: ANN001, ANN202 (numba types)
+def _deviation_kernel(x, center, y, center_y, window, kind, both):
     n, m = x.shape
     acc = np.zeros((n, m))
     for t in range(n):

@@ -1,4 +1,5 @@
-"""The run summary printed at the end of a backtest: the tearsheet's table, then the evidence.
+"""The run summary printed at the end of a backtest: the tearsheet's table, then the evidence; and the
+panel's, logged when its data is loaded (:func:`summarize_panel`).
 
 The strategy / equal-weight rows are :func:`backtest.reports.tearsheet.tearsheet_metrics`, the same
 numbers the HTML tearsheet shows; the lines below them come from the run's headline metrics
@@ -112,3 +113,20 @@ def baseline_lines(metrics: Mapping[str, float]) -> list[str]:
         out.append(f"signal capture  {metrics['signal_capture']:.1%} of the oracle's rank IC (an upper bound from "
                    "the generator's latent states; README \"Baselines\")")
     return out
+
+
+def summarize_panel(panel: pd.DataFrame, fingerprint: str) -> str:
+    """The loaded panel in a few lines: rows, trading days and their span, stocks, index members per day
+    (with ``in_universe``) and the data fingerprint; the main job logs it once the data is loaded."""
+    dates = panel.index.get_level_values("date")
+    codes = panel.index.get_level_values("code")
+    lines = [
+        f"rows            {len(panel):,}",
+        f"trading days    {dates.nunique():,}  ({dates.min():%Y-%m-%d} .. {dates.max():%Y-%m-%d})",
+        f"stocks          {codes.nunique():,}",
+    ]
+    if "in_universe" in panel.columns:
+        per_day = panel["in_universe"].groupby(level="date").sum()
+        lines.append(f"members per day {per_day.min()}..{per_day.max()} (median {per_day.median():.0f})")
+    lines.append(f"fingerprint     {fingerprint}")
+    return "\n".join(lines)

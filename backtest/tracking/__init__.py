@@ -59,19 +59,19 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 
-from backtest.provenance import Provenance, git_state, provenance_tags  # noqa: E402
-from backtest.tracking.fallback import fallback_uri, sync_runs  # noqa: E402
-from backtest.tracking.layout import ARTIFACTS, RunArtifacts  # noqa: E402
-from backtest.tracking.queries import RunKind, study_runs, sweep_runs  # noqa: E402
-from backtest.tracking.redaction import (  # noqa: E402
+from backtest.provenance import Provenance, git_state, provenance_tags
+from backtest.tracking.fallback import fallback_uri, sync_runs
+from backtest.tracking.layout import ARTIFACTS, RunArtifacts
+from backtest.tracking.queries import RunKind, study_runs, sweep_runs
+from backtest.tracking.redaction import (
     MAX_PARAM_VALUE_CHARS,
     flatten_config,
     is_secret_key,
     redact_config,
     redact_uri,
 )
-from backtest.tracking.run import TrackedRun, Tracker, config_key, open_run, store_unavailable  # noqa: E402
-from backtest.tracking.store import (  # noqa: E402
+from backtest.tracking.run import TrackedRun, Tracker, config_key, open_run, store_unavailable
+from backtest.tracking.store import (
     TrackingConfig,
     default_artifact_location,
     prepare_store,

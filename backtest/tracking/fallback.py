@@ -1,8 +1,9 @@
 """A local store for results whose server went away, and the command that hands them over later.
 
-When the MLflow server stops answering while a backtest is being recorded, the CLI records the whole
-run in the project's fallback store (:func:`fallback_uri`, a SQLite file), tagged ``pending_sync=true``
-and ``fallback_for=<the server's URI, redacted>``, and says so. Once the server is back::
+When the MLflow server stops answering while a backtest is being recorded,
+:func:`backtest.record.record_run` records the whole run in the project's fallback store
+(:func:`fallback_uri`, a SQLite file), tagged ``pending_sync=true`` and ``fallback_for=<the server's URI,
+redacted>``, and says so. Once the server is back::
 
     python -m backtest.tracking sync --to http://host:5000          # every pending run, then marked synced
 

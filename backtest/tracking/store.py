@@ -351,7 +351,7 @@ def _check_server(uri: str, timeout_s: float = 5.0) -> None:
         login = f"{os.environ[ENV_USERNAME]}:{os.environ.get(ENV_PASSWORD, '')}".encode()
         health.add_header("Authorization", "Basic " + base64.b64encode(login).decode("ascii"))
     try:
-        with urllib.request.urlopen(health, timeout=timeout_s) as response:  # noqa: S310 (http only)
+        with urllib.request.urlopen(health, timeout=timeout_s) as response:
             response.read()
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
@@ -365,9 +365,9 @@ def _check_server(uri: str, timeout_s: float = 5.0) -> None:
     except (urllib.error.URLError, OSError) as exc:
         raise TrackingError(
             f"The MLflow server at {redact_uri(uri)!r} does not answer ({exc}). Expected a running "
-            "server. Fix: start one (mlflow server --backend-store-uri sqlite:///<abs>/mlruns.db "
-            "--artifacts-destination <abs>/mlartifacts --host 127.0.0.1 --port 5000 --workers 1) "
-            "or unset tracking.uri to use the local SQLite store."
+            "server. Fix: start one (make ui serves the project's store on 127.0.0.1:5000; python -m "
+            "backtest.tracking.ui serve --uri sqlite:///<abs>/mlruns.db another store; make team-store a "
+            "team's) or unset tracking.uri to use the local SQLite store."
         ) from exc
 
 

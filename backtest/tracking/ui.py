@@ -51,6 +51,7 @@ from backtest import PROJECT_DIR
 from backtest.errors import ConfigError, TrackingError
 from backtest.tracking.layout import COMPARE_IMAGES
 from backtest.tracking.redaction import redact_uri
+from backtest.tracking.store import resolve_tracking_uri
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +116,25 @@ def server_command(
         "--uvicorn-opts", "--no-access-log",  # the links printed at start stay readable
         *extra_args,
     ]  # fmt: skip
+
+
+def ui_command(uri: str, project_dir: Path | str = PROJECT_DIR) -> str:
+    """How to browse the store ``uri`` in MLflow's UI, as one line to print: a server's own address; for a
+    database store the command that serves it (:func:`serve`: :func:`server_command` run with
+    :func:`server_env`), ``make ui`` for the project's own store.
+
+    >>> ui_command("http://mlflow.team:5000")
+    'http://mlflow.team:5000'
+    >>> ui_command("sqlite:////data/runs/mlruns.db", project_dir="/work/project")
+    'python -m backtest.tracking.ui serve --uri sqlite:////data/runs/mlruns.db'
+    >>> ui_command("sqlite:////work/project/mlruns.db", project_dir="/work/project")
+    'make ui'
+    """
+    if urlsplit(uri).scheme.lower() in ("http", "https", "databricks"):
+        return redact_uri(uri)
+    if uri == resolve_tracking_uri(None, project_dir):
+        return "make ui"
+    return f"python -m backtest.tracking.ui serve --uri {redact_uri(uri)}"
 
 
 def server_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -182,7 +202,7 @@ class UiServer:
             )
         command = server_command(self.uri, port=self.port, project_dir=self.project_dir, host=self.host,
                                  artifacts=self.artifacts, extra_args=self.extra_args)
-        self._output = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115 (closed in stop)
+        self._output = open(self.log_path, "ab") if self.log_path else None
         self.process = subprocess.Popen(
             command, env=server_env(), stdout=self._output, stderr=self._output, start_new_session=True
         )
@@ -245,7 +265,7 @@ def free_port(host: str = UI_HOST) -> int:
 
 def _answers(url: str, timeout_s: float = 2.0) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (local http)
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
             return response.status == 200
     except (urllib.error.URLError, OSError):
         return False

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
-from backtest.cli import CONF_DIR
+from backtest.cli.compose import CONF_DIR
 from backtest.data.fingerprint import panel_fingerprint
-from backtest.engine import EngineOptions, run_backtest
+from backtest.engine import EngineOptions, plan_backtest, run_backtest
 from backtest.errors import ConfigError
 from backtest.features.sets import FeatureSetSpec
 from backtest.labels import PROCESSINGS
@@ -72,8 +72,8 @@ def _run_cell(panel, cfg) -> dict[str, object]:
 
 
 def _backtest(panel, spec, factory):
-    return run_backtest(panel, features=FEATURES, label=spec, schedule=ONE_FOLD, ranker_factory=factory,
-                        portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(panel),
+    plan = plan_backtest(panel, label=spec, schedule=ONE_FOLD, portfolio=PortfolioSpec())
+    return run_backtest(plan, features=FEATURES, ranker_factory=factory, data_fingerprint=panel_fingerprint(panel),
                         options=EngineOptions(audit_cutoffs=0), seed=3)
 
 

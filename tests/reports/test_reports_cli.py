@@ -14,7 +14,7 @@ import pytest
 
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.drift import population_stability_index, read_psi_artifact
-from backtest.engine import EngineOptions, run_backtest
+from backtest.engine import EngineOptions, plan_backtest, run_backtest
 from backtest.features.sets import FeatureSetSpec
 from backtest.labels import LabelSpec
 from backtest.portfolio import PortfolioSpec
@@ -37,8 +37,8 @@ def small_ranker() -> LambdaRankRanker:
 def recorded(tiny_panel, tmp_path_factory):
     """A small backtest recorded in a fresh SQLite store: (store URI, run id, result)."""
     result = run_backtest(
-        tiny_panel, features=FEATURES, label=LabelSpec(), schedule=SCHEDULE, ranker_factory=small_ranker,
-        portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(tiny_panel),
+        plan_backtest(tiny_panel, label=LabelSpec(), schedule=SCHEDULE, portfolio=PortfolioSpec()),
+        features=FEATURES, ranker_factory=small_ranker, data_fingerprint=panel_fingerprint(tiny_panel),
         options=EngineOptions(audit_cutoffs=1), seed=3,
     )
     root = tmp_path_factory.mktemp("store")

@@ -25,10 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+import backtest.checkpoints as checkpoints
 import backtest.engine as engine
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.data.synthetic import simulate_market
-from backtest.engine import BacktestResult, EngineOptions, run_backtest
+from backtest.engine import BacktestResult, EngineOptions, plan_backtest, run_backtest
 from backtest.features.sets import FeatureSetSpec
 from backtest.labels import LabelSpec
 from backtest.portfolio import PortfolioSpec
@@ -48,9 +49,9 @@ def warm_ranker() -> LambdaRankRanker:
 def run(checkpoint_dir: Path | None) -> BacktestResult:
     """The job's backtest (also run in the test process for the uninterrupted reference)."""
     panel = simulate_market(MARKET).panel
+    plan = plan_backtest(panel, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE), portfolio=PortfolioSpec())
     return run_backtest(
-        panel, features=FEATURES, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE), ranker_factory=warm_ranker,
-        portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(panel),
+        plan, features=FEATURES, ranker_factory=warm_ranker, data_fingerprint=panel_fingerprint(panel),
         options=EngineOptions(checkpoint_dir=checkpoint_dir, audit_cutoffs=0), seed=3,
     )
 
@@ -84,7 +85,7 @@ def arm(point: str, fold: int) -> None:
                     handle.truncate(Path(file).stat().st_size // 2)
                 _die()
 
-        engine.np.savez_compressed = savez  # type: ignore[assignment]
+        checkpoints.np.savez_compressed = savez  # type: ignore[assignment]
         return
     real_replace = os.replace
 
@@ -96,7 +97,7 @@ def arm(point: str, fold: int) -> None:
         if hit and point == "after_replace":
             _die()
 
-    engine.os.replace = replace  # type: ignore[assignment]
+    checkpoints.os.replace = replace  # type: ignore[assignment]
 
 
 def main(argv: list[str] | None = None) -> int:

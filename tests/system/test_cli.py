@@ -15,22 +15,25 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from backtest import cli
+from backtest.cli.compose import CONF_DIR, build
 from backtest.metrics import HEADLINE_KEYS
 from backtest.reports.study import STUDY_REPORT_FILES
 from backtest.statistics import dsr, expected_max_sharpe
 from backtest.tracking import ARTIFACTS
 from backtest.tracking.layout import COMPARE_IMAGES
+from backtest.tracking.ui import ui_command
 from tests.system.tiny_market import TINY
 
-EXPERIMENTS = sorted(p.stem for p in (Path(cli.CONF_DIR) / "experiment").glob("*.yaml"))
+EXPERIMENTS = sorted(p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_every_experiment_composes_and_builds(experiment: str, compose_config) -> None:
+def test_every_experiment_composes_and_builds(experiment: str, compose_config, tmp_path: Path) -> None:
     cfg = compose_config([f"experiment={experiment}"])
     for group in ("features", "label", "backtest", "portfolio", "tracking"):
-        cli._build(cfg[group])
-    cli._build(cfg.model, _partial_=True)()
+        build(cfg[group])
+    build(cfg.model, _partial_=True)()
+    build(cfg.engine, cache_dir=str(tmp_path))  # the options create and probe their cache folders
 
 
 @pytest.mark.parametrize("group,option", [("model", "stock_transformer"), ("features", "price_only"),
@@ -38,7 +41,7 @@ def test_every_experiment_composes_and_builds(experiment: str, compose_config) -
                                           ("features", "top80_by_gain")])
 def test_config_options_compose_and_build(group: str, option: str, compose_config) -> None:
     cfg = compose_config([f"{group}={option}"])
-    built = cli._build(cfg[group], _partial_=True)() if group == "model" else cli._build(cfg[group])
+    built = build(cfg[group], _partial_=True)() if group == "model" else build(cfg[group])
     assert _settings_not_held(built, cfg[group]) == []  # the option's every setting reaches the object
 
 
@@ -87,7 +90,8 @@ def test_main_job_records_one_complete_run(tmp_path: Path, capsys, compose_confi
                  "reports/drift/importance_rank_stability.csv", *COMPARE_IMAGES.values()):
         assert path in artifacts, (path, artifacts)  # the compare images sit at the root, for the compare page
     printed = capsys.readouterr().out
-    assert "leak guard      passed" in printed and out["run_id"] in printed and "mlflow server" in printed
+    assert "leak guard      passed" in printed and out["run_id"] in printed
+    assert f"open the UI     {ui_command(uri)}" in printed  # the command that serves this store (tracking.ui)
 
 
 def _all_artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:

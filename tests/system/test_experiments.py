@@ -13,9 +13,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from backtest import cli
+from backtest.cli.compose import CONF_DIR
 from tests.system.tiny_market import TINY_MARKET
 
-EXPERIMENTS = sorted(p.stem for p in (Path(cli.CONF_DIR) / "experiment").glob("*.yaml"))
+EXPERIMENTS = sorted(p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml"))
 #: an experiment's own settings that the tiny market cannot serve (its 730-day window needs three years)
 FITTED = {"weekly": ["backtest.train_window=120"]}
 

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.data.panel import WideGrid, adjusted_price
 from backtest.data.tradability import Tradability, board_limit_price, limit_fraction
-from backtest.engine import BacktestResult, EngineOptions, run_backtest
+from backtest.engine import BacktestResult, EngineOptions, plan_backtest, run_backtest
 from backtest.errors import BacktestError, FeatureAuditError, LeakageError
 from backtest.features.sets import FeatureSetSpec
 from backtest.labels import LabelSpec
@@ -275,13 +275,11 @@ def run_pipeline(r: PanelRecipe, panel: pd.DataFrame) -> BacktestResult:
     schedule = RollingSchedule(retrain_every=r.retrain_every, train_window=40, window=r.window,
                                valid_days=r.valid_days, embargo=r.embargo,
                                test_start=dates[max(0, len(dates) - r.test_days)])
+    label = LabelSpec(exit_offset=r.exit_offset, processing=r.processing)
     return run_backtest(
-        panel,
+        plan_backtest(panel, label=label, schedule=schedule, portfolio=portfolio_of(r)),
         features=SMALL_SET if r.features == "small" else PRICE_ONLY,
-        label=LabelSpec(exit_offset=r.exit_offset, processing=r.processing),
-        schedule=schedule,
         ranker_factory=lambda: tiny_ranker(10 if r.processing == "bins" else 3),
-        portfolio=portfolio_of(r),
         data_fingerprint=panel_fingerprint(panel),
         options=EngineOptions(audit_cutoffs=r.audit_cutoffs),
         seed=0,

@@ -24,9 +24,9 @@ import pandas as pd
 import pytest
 
 import backtest.engine as engine
-from backtest import cli
+from backtest.cli.argv import keep_secrets_off_the_command_line
 from backtest.data.fingerprint import panel_fingerprint
-from backtest.engine import EngineOptions, run_backtest
+from backtest.engine import EngineOptions, plan_backtest, run_backtest
 from backtest.errors import ConfigError, DataContractError, TrackingError
 from backtest.features.sets import FeatureSetSpec
 from backtest.labels import LabelSpec
@@ -148,12 +148,13 @@ def _backtest(panel: pd.DataFrame, portfolio: PortfolioSpec, monkeypatch) -> Non
     monkeypatch.setattr(engine, "audit_features", no_work)
     monkeypatch.setattr(engine, "build_features", no_work)
     monkeypatch.setattr(engine, "load_or_build_features", no_work)
-    run_backtest(
-        panel, features=FEATURES, label=LabelSpec(),
+    plan = plan_backtest(
+        panel, label=LabelSpec(),
         schedule=RollingSchedule(retrain_every=20, train_window=100, valid_days=10, test_start="2022-07-01"),
-        ranker_factory=lambda: LambdaRankRanker(LambdaRankConfig(num_boost_round=5, num_threads=1)),
-        portfolio=portfolio, data_fingerprint=panel_fingerprint(panel),
+        portfolio=portfolio,
     )
+    run_backtest(plan, features=FEATURES, data_fingerprint=panel_fingerprint(panel),
+                 ranker_factory=lambda: LambdaRankRanker(LambdaRankConfig(num_boost_round=5, num_threads=1)))
 
 
 def test_a_test_period_in_which_nothing_trades_is_refused(tiny_panel: pd.DataFrame, monkeypatch) -> None:
@@ -218,7 +219,7 @@ def test_credentials_in_a_server_uri_go_to_mlflow_environment(monkeypatch) -> No
 def test_a_credentialed_tracking_uri_on_the_command_line_is_taken_apart(monkeypatch) -> None:
     monkeypatch.delenv(ENV_USERNAME, raising=False)
     monkeypatch.delenv(ENV_PASSWORD, raising=False)
-    argv, refused = cli._keep_secrets_off_the_command_line(
+    argv, refused = keep_secrets_off_the_command_line(
         ["-m", "tracking.uri=http://bob:hunter2@host:5000", "seed=1"])
     assert refused is None and argv == ["-m", "tracking.uri=http://host:5000", "seed=1"]
     assert os.environ[ENV_PASSWORD] == "hunter2"
@@ -273,9 +274,9 @@ def test_a_secret_override_is_refused_before_hydra_writes_it(tmp_path: Path, ove
 
 def test_a_secret_read_from_the_environment_is_not_refused() -> None:
     argv = ["+data.token=${oc.env:MY_TOKEN}", "data.path=/home/u/pass=1/p.csv", "seed=1"]
-    assert cli._keep_secrets_off_the_command_line(argv) == (argv, None)
+    assert keep_secrets_off_the_command_line(argv) == (argv, None)
     for secret in ("tracking.password=x", "++db.pwd=x", "+tushare.api_key=x", "tracking.uri=http://h/?token=x"):
-        _, refused = cli._keep_secrets_off_the_command_line([secret])
+        _, refused = keep_secrets_off_the_command_line([secret])
         assert isinstance(refused, ConfigError) and "environment" in str(refused), secret
 
 
@@ -330,13 +331,12 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_a_server_behind_a_login_records_a_run_without_storing_the_password(tmp_path: Path, monkeypatch) -> None:
     from backtest.tracking import Provenance, Tracker
+    from backtest.tracking.ui import server_command, server_env
 
     port = _free_port()
     server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri",
-         f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination", str(tmp_path / "artifacts"),
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
+        server_command(f"sqlite:///{tmp_path / 'server.db'}", port=port, artifacts=tmp_path / "artifacts"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=server_env(),
     )
     proxy = ThreadingHTTPServer(("127.0.0.1", 0), _LoginProxy)
     _LoginProxy.upstream = f"http://127.0.0.1:{port}"

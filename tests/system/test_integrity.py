@@ -21,7 +21,7 @@ import pytest
 import backtest.code_fingerprint as fingerprinting
 from backtest.code_fingerprint import code_fingerprint
 from backtest.data.fingerprint import panel_fingerprint
-from backtest.engine import BacktestResult, EngineOptions, run_backtest
+from backtest.engine import BacktestResult, EngineOptions, plan_backtest, run_backtest
 from backtest.labels import LabelSpec
 from backtest.portfolio import PortfolioSpec
 from backtest.splits import RollingSchedule
@@ -48,7 +48,7 @@ def test_the_code_fingerprint_follows_only_the_code_that_can_change_a_result(tmp
     edits = [
         ("backtest/tracking/run.py", False, False),  # recording a result
         ("backtest/reports/summary.py", False, False),  # drawing it
-        ("backtest/cli.py", False, False),  # composing it
+        ("backtest/cli/compose.py", False, False),  # composing it
         ("backtest/code_fingerprint.py", False, False),  # hashing it
         ("models/lambdarank.py", True, False),  # a model: checkpoints go stale, cached features do not
         ("backtest/engine.py", True, False),
@@ -84,9 +84,9 @@ def test_package_versions_enter_the_fingerprint_of_the_code_that_runs_on_them(mo
 
 
 def _backtest(panel: pd.DataFrame, checkpoint_dir: Path | None, factory=small_ranker) -> BacktestResult:
+    plan = plan_backtest(panel, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE), portfolio=PortfolioSpec())
     return run_backtest(
-        panel, features=checkpoint_job.FEATURES, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE),
-        ranker_factory=factory, portfolio=PortfolioSpec(), data_fingerprint=panel_fingerprint(panel),
+        plan, features=checkpoint_job.FEATURES, ranker_factory=factory, data_fingerprint=panel_fingerprint(panel),
         options=EngineOptions(checkpoint_dir=checkpoint_dir, audit_cutoffs=0), seed=3,
     )
 
@@ -126,9 +126,9 @@ def test_a_damaged_fold_checkpoint_is_recomputed_with_one_warning(how, tiny_pane
     n = len(first.records)
     damaged = next(tmp_path.rglob("fold_0002.npz"))
     _damage(damaged, how)
-    with caplog.at_level(logging.WARNING, logger="backtest.engine"):
+    with caplog.at_level(logging.WARNING, logger="backtest.checkpoints"):
         rerun = _backtest(tiny_panel, tmp_path)
-    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "backtest.engine"]
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "backtest.checkpoints"]
     assert len(warnings) == 1 and "fold_0002.npz" in warnings[0].getMessage()
     assert rerun.resumed_folds == n - 1
     _assert_bitwise_equal(rerun, stateless_reference)
@@ -147,11 +147,11 @@ def test_a_damaged_warm_start_checkpoint_refits_from_the_state_before_it(tiny_pa
                                                                          caplog) -> None:
     checkpoint_job.run(tmp_path)
     _damage(next(tmp_path.rglob("fold_0002.npz")), "truncated")
-    with caplog.at_level(logging.WARNING, logger="backtest.engine"):
+    with caplog.at_level(logging.WARNING, logger="backtest.checkpoints"):
         rerun = checkpoint_job.run(tmp_path)
     # fold 2 continues from fold 1's saved booster, fold 3 is read back, fold 4 continues from fold 3's
     assert rerun.resumed_folds == len(rerun.records) - 1
-    assert sum(r.levelno >= logging.WARNING and r.name == "backtest.engine" for r in caplog.records) == 1
+    assert sum(r.levelno >= logging.WARNING and r.name == "backtest.checkpoints" for r in caplog.records) == 1
     _assert_bitwise_equal(rerun, warm_reference)
 
 

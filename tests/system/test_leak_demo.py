@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.data.synthetic import SyntheticMarketConfig, generate_market
-from backtest.engine import EngineOptions, run_backtest
+from backtest.engine import EngineOptions, plan_backtest, run_backtest
 from backtest.features.sets import FeatureSetSpec
 from backtest.labels import LabelSpec
 from backtest.portfolio import PortfolioSpec
@@ -33,10 +33,9 @@ def test_leaky_run_reports_a_clearly_better_result_than_the_purged_one(drift_vol
     for purge in (True, False):  # the settings of conf/experiment/leak_demo.yaml; only the purge differs
         schedule = RollingSchedule(**schedule_cfg, purge=purge, test_start="2025-01-01")
         results[purge] = run_backtest(
-            panel, features=FeatureSetSpec(), label=LabelSpec(), schedule=schedule,
-            ranker_factory=lambda: LambdaRankRanker(LambdaRankConfig(**model_cfg)),
-            portfolio=PortfolioSpec(), data_fingerprint=fp,
-            options=EngineOptions(feature_cache_dir=tmp_path, audit_cutoffs=0),
+            plan_backtest(panel, label=LabelSpec(), schedule=schedule, portfolio=PortfolioSpec()),
+            features=FeatureSetSpec(), ranker_factory=lambda: LambdaRankRanker(LambdaRankConfig(**model_cfg)),
+            data_fingerprint=fp, options=EngineOptions(feature_cache_dir=tmp_path, audit_cutoffs=0),
         )
     purged, leaky = results[True], results[False]
     print(f"drift_vol={drift_vol}: Sharpe leaky {leaky.metrics['sharpe']:.2f} vs purged "

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from backtest import cli
+from backtest import PROJECT_DIR, cli
 from backtest.errors import StoreUnavailableError
+from backtest.tracking.ui import server_command, server_env
 from tests.system.tiny_market import TINY
 
 FAST = [o for o in TINY if not o.startswith("backtest.retrain_every")] + ["backtest.retrain_every=5"]
@@ -26,7 +27,7 @@ FAST = [o for o in TINY if not o.startswith("backtest.retrain_every")] + ["backt
 def _backtest(args: list[str], tmp_path: Path) -> subprocess.Popen:
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     return subprocess.Popen([sys.executable, "-m", "backtest", *args, f"hydra.run.dir={tmp_path / 'run'}"],
-                            cwd=cli.PROJECT_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=PROJECT_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _runs(uri: str) -> list:
@@ -118,9 +119,7 @@ def _free_port() -> int:
 
 
 def _server(db: Path, artifacts: Path, port: int) -> subprocess.Popen:
-    mlflow = Path(sys.executable).with_name("mlflow")
-    proc = subprocess.Popen([str(mlflow), "server", "--backend-store-uri", f"sqlite:///{db}", "--artifacts-destination",
-                             str(artifacts), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+    proc = subprocess.Popen(server_command(f"sqlite:///{db}", port=port, artifacts=artifacts), env=server_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -157,7 +156,7 @@ def test_a_lost_server_costs_seconds_and_the_run_goes_to_the_fallback_store_then
     try:
         sync = subprocess.run(
             [sys.executable, "-m", "backtest.tracking", "sync", "--from", fallback, "--to", server_uri],
-            cwd=cli.PROJECT_DIR, capture_output=True, text=True, timeout=300,
+            cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300,
         )
         assert sync.returncode == 0, sync.stderr[-3000:]
         runs = {r.info.status: r for r in _runs(server_uri)}

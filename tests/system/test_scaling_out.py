@@ -25,9 +25,9 @@ from tests.system.tiny_market import TINY
 def test_the_launcher_configs_compose_onto_submitit(launcher: str, target: str, fields: dict) -> None:
     from hydra import compose, initialize_config_dir
 
-    from backtest import cli
+    from backtest.cli.compose import CONF_DIR
 
-    with initialize_config_dir(config_dir=cli.CONF_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
     node = cfg.hydra.launcher
     assert node._target_ == f"hydra_plugins.hydra_submitit_launcher.submitit_launcher.{target}"

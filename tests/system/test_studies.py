@@ -18,12 +18,12 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from backtest import cli
+from backtest.cli.compose import CONF_DIR, build
 from backtest.reports.study import STUDY_REPORT_FILES, build_study_report, write_study_report
 from backtest.study import digest
 from tests.system.tiny_market import TINY_MARKET
 
-STUDIES = sorted(p.stem for p in (Path(cli.CONF_DIR) / "study").glob("*.yaml"))
+STUDIES = sorted(p.stem for p in (Path(CONF_DIR) / "study").glob("*.yaml"))
 # a study whose trials need more history than the tiny market's 547 labelled days before its test
 TINY_EXTRA = {"early_stopping": ["backtest.train_window=300"]}
 
@@ -37,7 +37,7 @@ def test_every_study_composes_with_its_name(study: str, compose_config) -> None:
     cfg = compose_config([f"+study={study}"])
     assert cfg.tracking.study == cfg.study.name == study
     for group in ("features", "label", "backtest", "portfolio", "tracking"):
-        cli._build(cfg[group])
+        build(cfg[group])
 
 
 @pytest.mark.slow

@@ -33,6 +33,7 @@ from backtest.tracking import (
     resolve_tracking_uri,
     study_runs,
 )
+from backtest.tracking.ui import server_command, server_env
 
 # --------------------------------------------------------------------------------------------------
 # Fixtures: one SQLite store per module (creating the schema costs ~1.5 s), one experiment per test.
@@ -133,7 +134,7 @@ def test_unreachable_server_fails_fast_with_a_fix() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     start = time.monotonic()
-    with pytest.raises(TrackingError, match="does not answer.*mlflow server"):
+    with pytest.raises(TrackingError, match="does not answer.*make ui"):
         prepare_store(f"http://127.0.0.1:{port}", "e")
     assert time.monotonic() - start < 5
 
@@ -465,11 +466,8 @@ def test_tracker_logs_through_a_real_mlflow_server(server_backend: str, tmp_path
     port = _free_port()
     log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", server_backend,
-         "--artifacts-destination", str(tmp_path / "served-artifacts"), "--host", "127.0.0.1", "--port",
-         str(port), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
+        server_command(server_backend, port=port, artifacts=tmp_path / "served-artifacts"),
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=server_env(),
     )
     uri = f"http://127.0.0.1:{port}"
     try:

@@ -1,0 +1,144 @@
+"""The command line: ``python -m backtest [hydra overrides]`` (``-m`` for multirun sweeps).
+
+The only package that imports hydra and omegaconf. This file holds the main job's flow; each other
+concern has its module here:
+
+- :mod:`~backtest.cli.compose`: every part built from its config group (``_convert_="all"``), the panel;
+- :mod:`~backtest.cli.errors`: Hydra's and the library's errors as one line with a fix, exit status 2;
+- :mod:`~backtest.cli.sweep`: a multirun as one study (the ``SweepTracking`` callback), a job's trial;
+- :mod:`~backtest.cli.argv`: secrets refused on the command line before Hydra saves it;
+- :mod:`~backtest.cli.progress`: the folds' progress bar, the stage timings, the stop signals.
+
+Library code gets plain objects: the engine plans and runs the backtest, :func:`backtest.record.record_run`
+records it (in the fallback store if the tracking store stops answering), and the summary is printed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+import hydra
+from hydra.errors import HydraException, InstantiationException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from backtest import PROJECT_DIR
+from backtest.cli.argv import keep_secrets_off_the_command_line
+from backtest.cli.compose import CONF_DIR, build_parts, load_panel
+from backtest.cli.errors import refuse, user_error
+from backtest.cli.progress import FoldProgress, log_stage_seconds, stop_on_signals
+from backtest.cli.sweep import sweep_trial
+from backtest.data.fingerprint import panel_fingerprint
+from backtest.errors import BacktestError, FeatureAuditError, LeakageError
+
+log = logging.getLogger("backtest")
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """The main job: compose, build, run under the guards, record in MLflow, print the summary."""
+    stop_on_signals()
+    trial = sweep_trial()
+    from backtest.data.synthetic import oracle_scores
+    from backtest.engine import plan_backtest, run_backtest
+    from backtest.leakage import is_comparable
+    from backtest.record import RunIdentity, record_guard_failure, record_run
+    from backtest.reports.summary import RunSummary, summarize_panel, summary_text
+    from backtest.study import trial_sharpe_var
+    from backtest.tracking import ARTIFACTS, Tracker, config_key
+    from backtest.tracking.ui import ui_command
+
+    parts = build_parts(cfg)  # every part first: a config mistake must surface before any expensive work
+    t0 = time.perf_counter()
+    panel, market = load_panel(cfg)
+    data_fp = panel_fingerprint(panel)
+    log.info("panel loaded in %.1f s\n%s", time.perf_counter() - t0, summarize_panel(panel, data_fp))
+    # Labels and folds next: a schedule the data cannot serve is refused before the store is touched.
+    plan = plan_backtest(panel, label=parts.label, schedule=parts.schedule, portfolio=parts.portfolio)
+
+    config, tracking = OmegaConf.to_container(cfg, resolve=True), parts.tracking
+    leak_demo = bool(parts.schedule.leak_demo)
+    tags = {"leak_demo": str(leak_demo).lower(), "config_key": config_key(config)}
+    tracker = Tracker.from_config(tracking, PROJECT_DIR)
+    tracker.end_stale_runs(tags["config_key"])
+    model_name = cfg.model._target_.rsplit(".", 1)[-1]
+    run_name = tracking.run_name or f"{model_name}-{parts.features.name}" + ("-LEAK-DEMO" if leak_demo else "")
+    if trial:  # a job of a sweep: named after the values it was given
+        run_name = f"{run_name} {trial['trial']}" if trial["trial"] else run_name
+        tags.update(trial)
+    identity = RunIdentity(run_name, config, tags, data_fingerprint=data_fp, leak_demo=leak_demo,
+                           study=tracking.study, n_trials=int(tracking.n_trials or 1),
+                           parent_run_id=tracking.parent_run_id, sweep_job=bool(trial))
+    progress = FoldProgress()
+    with identity.open(tracker) as mlrun:
+        progress.run = mlrun
+        try:
+            result = run_backtest(
+                plan, features=parts.features, ranker_factory=parts.ranker_factory, data_fingerprint=data_fp,
+                options=parts.options, n_trials=identity.n_trials, seed=int(cfg.seed), on_fold=progress,
+                trial_sharpe_var=trial_sharpe_var(tracker, identity.study),
+                oracle=oracle_scores(market, parts.label.exit_offset - parts.label.entry_offset) if market else None,
+            )
+        except (LeakageError, FeatureAuditError) as exc:
+            record_guard_failure(mlrun, exc, data_fp)
+            raise
+        finally:
+            progress.close()
+        recorded = record_run(tracker, mlrun, result, identity, reports=parts.reports,
+                              fallback=tracking.fallback_uri, lost=progress.lost)
+    print(summary_text(result.portfolio.returns, result.portfolio.benchmark_returns, result.metrics, RunSummary(
+        n_folds=len(result.records), n_features=len(result.feature_names), ndcg_depth=result.ndcg_depth,
+        leak_guard=result.leak_guard, feature_audit=result.feature_audit,
+        comparable=is_comparable(result.leak_guard, result.feature_audit), run_id=recorded.run_id,
+        tearsheet_uri=f"{recorded.artifact_uri}/{ARTIFACTS.report('tearsheet')}", ui=ui_command(recorded.store_uri),
+    )))
+    log_stage_seconds(result.timings)
+    return {"run_id": recorded.run_id, "metrics": result.metrics, "leak_guard": result.leak_guard,
+            "tracking_uri": recorded.store_uri}
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
+def _hydra_main(cfg: DictConfig) -> Any:
+    try:
+        return run(cfg)
+    except (BacktestError, InstantiationException, OmegaConfBaseException, TypeError) as exc:
+        err = user_error(exc, cfg)
+        if err is None:
+            raise
+        refuse(err)
+
+
+def main() -> None:
+    """``python -m backtest``: secrets refused before Hydra saves anything; every user error exits 2.
+
+    Hydra reports its own composition errors (a typo'd key, an unknown option, an override that does not
+    parse) and exits 1; with ``HYDRA_FULL_ERROR`` set for the call they reach this function instead, which
+    prints them in one line with a fix and exits 2. Set ``HYDRA_FULL_ERROR=1`` yourself for tracebacks.
+    """
+    logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    argv, refused = keep_secrets_off_the_command_line(sys.argv[1:])
+    if refused is not None:
+        refuse(refused)
+    sys.argv[1:] = argv
+    users_choice = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        _hydra_main()
+    except (BacktestError, HydraException, OmegaConfBaseException) as exc:
+        err = None if users_choice == "1" else user_error(exc)
+        if err is None:
+            raise
+        refuse(err)
+    finally:
+        if users_choice is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = users_choice
+
+
+if __name__ == "__main__":
+    main()

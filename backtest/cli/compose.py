@@ -1,0 +1,82 @@
+"""Each part of the main job built from the composed config, and the panel loaded.
+
+Every config group names its part's class or function in ``_target_``; :func:`build` instantiates it with
+``_convert_="all"``, so library code receives plain lists and dicts, never a Hydra ``DictConfig``. The
+parts are built before any data is read (:func:`build_parts`): a config mistake surfaces in a second, before
+any expensive work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import hydra
+from omegaconf import DictConfig
+
+from backtest import PROJECT_DIR
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from backtest.data.synthetic import SyntheticMarket
+    from backtest.engine import EngineOptions, RankerFactory
+    from backtest.features.sets import FeatureSetSpec
+    from backtest.labels import LabelSpec
+    from backtest.portfolio import PortfolioSpec
+    from backtest.record import ReportChoice
+    from backtest.splits import RollingSchedule
+    from backtest.tracking import TrackingConfig
+
+#: the Hydra config folder of the project (one sub-folder per group)
+CONF_DIR = str(PROJECT_DIR / "conf")
+
+
+def build(node: DictConfig, **kwargs: Any) -> Any:
+    """The object the config ``node`` describes (its ``_target_`` called with its keys), in plain types."""
+    return hydra.utils.instantiate(node, _convert_="all", **kwargs)
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The main job's parts, one per config group (``model`` as a factory of fresh rankers)."""
+
+    features: FeatureSetSpec
+    label: LabelSpec
+    schedule: RollingSchedule
+    portfolio: PortfolioSpec
+    tracking: TrackingConfig
+    ranker_factory: RankerFactory
+    options: EngineOptions
+    reports: ReportChoice
+
+
+def build_parts(cfg: DictConfig) -> Parts:
+    """Build every part of ``cfg`` but the data; a model that cannot learn from the label is refused here.
+
+    Raises
+    ------
+    ConfigError : a part refuses its settings (see each part), or the model cannot learn from
+        ``label.processing`` (:func:`models.base.check_label_processing`).
+    """
+    from backtest.record import ReportChoice
+    from models.base import check_label_processing
+
+    features, label, schedule = build(cfg.features), build(cfg.label), build(cfg.backtest)
+    portfolio, tracking = build(cfg.portfolio), build(cfg.tracking)
+    ranker_factory = build(cfg.model, _partial_=True)
+    check_label_processing(ranker_factory(), label.processing)  # also fails now on a bad model config
+    return Parts(
+        features=features, label=label, schedule=schedule, portfolio=portfolio, tracking=tracking,
+        ranker_factory=ranker_factory, options=build(cfg.engine),  # the options create the cache folders
+        reports=ReportChoice(tearsheet=tracking.tearsheet, plots=tracking.plots, drift_report=tracking.drift_report),
+    )
+
+
+def load_panel(cfg: DictConfig) -> tuple[pd.DataFrame, SyntheticMarket | None]:
+    """Build the panel from the ``data`` group (synthetic, parquet/csv, tushare), with the synthetic
+    market behind it (None for real data)."""
+    from backtest.data.synthetic import SyntheticMarket
+
+    built = build(cfg.data)
+    return (built.panel, built) if isinstance(built, SyntheticMarket) else (built, None)

@@ -1,0 +1,181 @@
+"""The user's mistakes as one line with a fix: Hydra's composition errors and the library's errors.
+
+A typo'd key, an unknown option, an override that does not parse, a key a group's target does not accept,
+or any :class:`backtest.errors.BacktestError` ends the main job with ``error: <message>`` on stderr and exit
+status 2 (:func:`refuse`), never a traceback. :func:`user_error` finds the error behind what Hydra raised
+and words it: the key or option that was wrong, what the config has instead (the closest name first), and
+the override that fixes it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import re
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import hydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import (
+    ConfigCompositionException,
+    HydraException,
+    MissingConfigException,
+    OverrideParseException,
+)
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from backtest.cli.compose import CONF_DIR
+from backtest.errors import BacktestError, ConfigError
+
+#: the exit status of a run refused for the user's data or config
+EXIT_USER_ERROR = 2
+
+
+def refuse(err: BaseException) -> NoReturn:
+    """Print ``err`` as the one-line ``error: ...`` and exit with :data:`EXIT_USER_ERROR`."""
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(EXIT_USER_ERROR)
+
+
+def user_error(exc: BaseException, cfg: DictConfig | None = None) -> BacktestError | None:
+    """The BacktestError behind ``exc``, if any: a project error (Hydra wraps errors raised while
+    instantiating), Hydra's composition errors (a typo'd key, an unknown option, an override that does not
+    parse) and a key a group's target does not accept (with ``cfg``: named with the experiment that set it).
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, BacktestError):
+            return seen
+        if isinstance(seen, MissingConfigException):
+            return _unknown_option(seen)
+        if isinstance(seen, OverrideParseException):
+            return _unparsable_override(seen)
+        if isinstance(seen, ConfigCompositionException):
+            return _bad_override(seen)
+        if isinstance(seen, TypeError) and "unexpected keyword" in str(seen):
+            return _unexpected_key(seen, cfg)
+        if isinstance(seen, OmegaConfBaseException):
+            return ConfigError(f"{seen}\n  fix: set the missing or wrong key on the command line, e.g. "
+                               "data=parquet data.path=/abs/path/panel.parquet")
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__
+
+
+def _command_line_overrides() -> list[str]:
+    """The Hydra overrides of this process's command line (flags such as ``-m`` or ``--cfg`` left out)."""
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        args, _ = get_args_parser().parse_known_args(sys.argv[1:])
+    except SystemExit:  # argparse refused the flags: Hydra reports it itself
+        return []
+    return list(args.overrides)
+
+
+def _unknown_option(exc: MissingConfigException) -> ConfigError:
+    """``features=nope``: Hydra's many-line 'Could not find' as one line naming the group's options."""
+    text = str(exc)
+    missing = re.search(r"Could not find '([^']+)'", text)
+    options = re.findall(r"^\t(\S+)$", text.split("Config search path:")[0], flags=re.MULTILINE)
+    if missing is None or "/" not in missing.group(1) or not options:
+        return ConfigError(f"{_first_line(exc)}\n  fix: check the option names; conf/ holds one folder per group")
+    group, option = missing.group(1).rsplit("/", 1)
+    close = difflib.get_close_matches(option, options, n=1)
+    return ConfigError(f"unknown option {group}={option}: the group '{group}' has {', '.join(options)} (conf/{group}/)"
+                       f"\n  fix: {group}={close[0] if close else options[0]}, or another option listed")
+
+
+def _unparsable_override(exc: OverrideParseException) -> ConfigError:
+    bad = []
+    for text in _command_line_overrides():
+        try:
+            OverridesParser.create().parse_overrides([text])
+        except OverrideParseException:
+            bad.append(text)
+    which = f"the override {bad[0]!r}" if bad else "an override"
+    return ConfigError(f"{which} does not parse: {_first_line(exc)}\n  fix: write key=value; quote a value with "
+                       "spaces, brackets or commas (key='a,b'); grammar: "
+                       "https://hydra.cc/docs/1.2/advanced/override_grammar/basic")
+
+
+def _bad_override(exc: ConfigCompositionException) -> ConfigError:
+    """``backtest.retrain_evry=5`` (a key that does not exist) or a value of the wrong type, in one line."""
+    cause = exc.__cause__
+    unknown = re.match(r"Could not override '([^']+)'", str(exc))
+    if unknown is None:
+        detail = f": {_first_line(cause)}" if cause is not None else ""
+        return ConfigError(f"{_first_line(exc)}{detail}\n  fix: correct that override; `python -m backtest --cfg job` "
+                           "shows every key with its value")
+    key = unknown.group(1)
+    parent, _, leaf = key.rpartition(".")
+    value = next((t.split("=", 1)[1] for t in _command_line_overrides()
+                  if t.split("=", 1)[0] == key and "=" in t), "<value>")
+    known = _keys_of(parent, skip=key)
+    close = difflib.get_close_matches(leaf, known, n=1)
+    where = f"the '{parent}' group has no key '{leaf}'" if parent else f"the config has no group or key '{leaf}'"
+    fix = f"{parent + '.' if parent else ''}{close[0]}={value} (did you mean {close[0]}?); " if close else ""
+    return ConfigError(f"unknown config key {key}: {where}\n  fix: {fix}`python -m backtest --cfg job` lists the keys; "
+                       f"adding a new key takes a leading + (+{key}={value})")
+
+
+def _keys_of(parent: str, skip: str) -> list[str]:
+    """Keys of the config node ``parent`` composed from the command line without ``skip`` (for hints)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(_command_line_overrides())
+        keep = [o.input_line for o in parsed
+                if not o.is_sweep_override() and o.key_or_group != skip and not o.key_or_group.startswith("hydra")]
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            cfg = compose(config_name="config", overrides=keep)
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+    except Exception:  # only a hint: without it the message still names the key
+        return []
+    return [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+
+
+def _unexpected_key(exc: TypeError, cfg: DictConfig | None) -> ConfigError:
+    """A key the group's target does not take; when the chosen experiment set it, say so."""
+    plain = ConfigError(f"{exc}\n  fix: remove the unknown key; `python -m backtest --cfg job` shows the keys each "
+                        "group accepts")
+    found = re.search(r"(\w+)\(\) got an unexpected keyword argument '(\w+)'", str(exc))
+    if found is None or cfg is None:
+        return plain
+    function, key = found.groups()
+    from hydra.core.hydra_config import HydraConfig
+
+    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    experiment = choices.get("experiment")
+    path = Path(CONF_DIR) / "experiment" / f"{experiment}.yaml"
+    if not experiment or not path.is_file():
+        return plain
+    injected = OmegaConf.load(path)
+    for group in cfg:
+        node, target = cfg.get(group), None
+        if isinstance(node, DictConfig):
+            target = str(node.get("_target_", ""))
+        if not target or not target.endswith(f".{function}") or not isinstance(injected.get(group), DictConfig):
+            continue
+        if key not in injected[group]:
+            continue
+        try:
+            accepted = inspect.signature(hydra.utils.get_object(target)).parameters
+        except (ValueError, TypeError, ImportError, HydraException):
+            accepted = {}
+        rejected = [f"{group}.{k}" for k in injected[group] if k not in accepted] or [f"{group}.{key}"]
+        option = choices.get(group, "?")
+        return ConfigError(
+            f"{group}.{key} is set by experiment={experiment} (conf/experiment/{experiment}.yaml), and the chosen "
+            f"{group}={option} ({target}) does not accept it: {exc}\n  fix: drop experiment={experiment}, or remove "
+            f"the keys it sets that {group}={option} does not take: {' '.join('~' + k for k in rejected)}"
+        )
+    return plain

@@ -1,0 +1,70 @@
+"""What the user sees while the main job runs, and how it is stopped: the folds' progress bar (with each
+fold's metrics logged to the run as it finishes), the stage timings line, and SIGTERM / SIGHUP turned into
+:class:`backtest.errors.RunInterrupted`, so that the tracked run ends KILLED with the signal's name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from backtest.errors import RunInterrupted, StoreUnavailableError
+
+log = logging.getLogger("backtest")
+
+#: the prefix of the log line with the run's stage timings (plan, audit, features, folds, portfolio,
+#: baselines, the engine's total, and the record into the store), in seconds, as JSON
+STAGE_SECONDS = "stage seconds"
+
+
+class FoldProgress:
+    """Each finished fold: a tqdm bar with an ETA (the CLI's choice) and its metrics logged to the run at
+    once (``fold/<name>``, step = fold), so that a run that dies later keeps its progress. A store that
+    stops answering is noted once and not asked again; the run is then recorded in the fallback store."""
+
+    def __init__(self) -> None:
+        self.bar = None
+        self.run: Any = None
+        self.lost: StoreUnavailableError | None = None
+
+    def __call__(self, outcome: Any, n_folds: int) -> None:
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=n_folds, desc="folds", unit="fold", file=sys.stderr, dynamic_ncols=True)
+        if self.run is not None and self.lost is None:
+            try:
+                self.run.log_fold_metrics({outcome.fold: outcome.metrics})
+            except StoreUnavailableError as exc:
+                self.lost = exc
+                log.warning("the tracking store stopped answering (%s); the backtest goes on and will be "
+                            "recorded in the fallback store", exc)
+        ic = outcome.metrics.get("rank_ic", float("nan"))
+        self.bar.set_postfix_str(f"rank IC {ic:+.3f}" + (" (resumed)" if outcome.resumed else ""))
+        self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def stop_on_signals() -> None:
+    """SIGTERM and SIGHUP (a scheduler's stop, a closed terminal) raise RunInterrupted, so that the open
+    tracked run ends KILLED with the signal's name instead of staying RUNNING (main thread only)."""
+
+    def stop(signum: int, frame: Any) -> None:
+        raise RunInterrupted(f"signal {signal.Signals(signum).name}")
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, stop)
+
+
+def log_stage_seconds(timings: Mapping[str, float]) -> None:
+    """The one line a benchmark reads (``benchmarks/e2e.py``): where the run's time went."""
+    log.info("%s %s", STAGE_SECONDS, json.dumps({k: round(v, 3) for k, v in timings.items()}))
