@@ -25,7 +25,8 @@ import numpy as np
 
 from backtest.errors import ConfigError, DataContractError, preview
 from backtest.metrics import GAINS, mean_daily_rank_ic, relevance_gains
-from models.base import EARLY_STOPPING_METRICS, LEVEL_PROCESSINGS, RankerBase, RankingData, label_processing_fix
+from models.base import EARLY_STOPPING_METRICS, LEVEL_PROCESSINGS, RankerBase, label_processing_fix
+from models.data import RankingData
 
 log = logging.getLogger(__name__)
 
