@@ -127,7 +127,7 @@ def run_setting(name: str, threads: int, cache: str | None, rehearse: bool = Fal
         market.panel, features=parts["features"], label=label, schedule=parts["schedule"], ranker_factory=factory,
         portfolio=parts["portfolio"], data_fingerprint=panel_fingerprint(market.panel), seed=parts["seed"],
         options=EngineOptions(feature_cache_dir=Path(cache) if cache else None),
-        oracle=oracle_scores(market, label.exit_offset - label.entry_offset),
+        oracle=oracle_scores(market, label.holding_days),
     )
     out: dict[str, Any] = {"setting": name, **{k: result.metrics.get(k, float("nan")) for k in METRICS}}
     fm = result.fold_metrics

@@ -125,7 +125,7 @@ def run_model(model: str, market: Any, panel: Any, data_fp: str, args: argparse.
     result = run_backtest(
         panel, features=parts["features"], label=label, schedule=parts["schedule"], ranker_factory=factory,
         portfolio=parts["portfolio"], data_fingerprint=data_fp, options=options, seed=parts["seed"],
-        on_fold=on_fold, plan=plan, oracle=oracle_scores(market, label.exit_offset - label.entry_offset),
+        on_fold=on_fold, plan=plan, oracle=oracle_scores(market, label.holding_days),
     )
     wall = time.perf_counter() - t0
     per_fold = np.array([f["fit_predict_s"] for f in folds])
