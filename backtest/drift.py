@@ -23,8 +23,9 @@ Outputs:
   (10) of one of the two folds: a top-10 feature that falls out of the top 30, or one that climbs into
   the top 10 from beyond 30 (the heatmap shows 30 rows). Moves deep in the tail (rank 150 to 190 among
   285 features) are noise of tree building and are not flagged. On the synthetic default market the
-  model's importance is unstable (Spearman ~0.3 between consecutive folds, 26 to 275 features used per
-  fold), and about 8 jumps per retrain are normal there; a stable signal gives far fewer.
+  model's importance is unstable from fold to fold, and several jumps per retrain are normal there (the
+  main job's own drift report, ``reports/drift/drift_report.html`` of its run, shows the stability and
+  the jumps); a stable signal gives far fewer.
 
 Feature value drift
 -------------------

@@ -54,7 +54,8 @@ from backtest.leakage import GuardStatus, LeakageRecord, fold_rows, leak_guard_s
 from backtest.metrics import daily_ic, headline_metrics, ndcg_at_k, rank_ic_mean
 from backtest.portfolio import PortfolioResult, PortfolioSpec, check_universe, simulate
 from backtest.splits import Fold, RollingSchedule
-from models.base import LEVEL_PROCESSINGS, Ranker, RankingData
+from models.base import LEVEL_PROCESSINGS, Ranker
+from models.data import RankingData
 
 log = logging.getLogger(__name__)
 

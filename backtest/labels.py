@@ -11,7 +11,9 @@ Timing, on the panel's own trading calendar (trading days, never calendar days):
 
 where ``P`` is the backward-adjusted price (:func:`backtest.data.panel.adjusted_price`). The purge of
 :mod:`backtest.splits` is derived from ``label_end``; ``Labels.horizon_days`` (= ``exit_offset``) is the
-number of trading days a label reaches past its sample date.
+number of trading days a label reaches past its sample date, and ``LabelSpec.holding_days``
+(= ``exit_offset - entry_offset``) the number of days the position is held: the daily returns the label
+spans, the window an oracle of the label must look over.
 
 Which samples get a label (the suspension rule)
 -----------------------------------------------
@@ -145,6 +147,16 @@ class LabelSpec:
         """Trading days from the sample date to ``label_end`` (= ``exit_offset``)."""
         return int(self.exit_offset)
 
+    @property
+    def holding_days(self) -> int:
+        """Trading days the label's position is held, from entry to exit (``exit_offset - entry_offset``):
+        the number of daily returns the label spans.
+
+        >>> LabelSpec().holding_days, LabelSpec(entry_offset=2, exit_offset=10).holding_days
+        (4, 8)
+        """
+        return int(self.exit_offset - self.entry_offset)
+
 
 @dataclass(frozen=True, eq=False)
 class Labels:
@@ -184,6 +196,11 @@ class Labels:
     def horizon_days(self) -> int:
         """Trading days from a sample's date to its ``label_end``; the purge is derived from it."""
         return self.spec.horizon_days
+
+    @property
+    def holding_days(self) -> int:
+        """Trading days the position of a label is held (:attr:`LabelSpec.holding_days`)."""
+        return self.spec.holding_days
 
     @property
     def index(self) -> pd.MultiIndex:

@@ -53,7 +53,6 @@ from backtest.reports.files import REPORT_FILES
 from backtest.reports.plots import plot_fold_metric
 from backtest.tracking import ARTIFACTS, TrackedRun, Tracker, fallback_uri, redact_uri
 from backtest.tracking.layout import COMPARE_IMAGES
-from backtest.tracking.ui import log_compare_images
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +208,7 @@ def record_backtest(run: TrackedRun, result: BacktestResult, *, provenance: Prov
             tearsheet=reports.tearsheet, plots=reports.plots, drift_report=reports.drift_report,
         )
         run.log_artifact(tmp, ARTIFACTS.reports)
-        log_compare_images(run, compare_images(result, tmp if reports.plots else None, Path(tmp) / "compare"))
+        run.log_compare_images(compare_images(result, tmp if reports.plots else None, Path(tmp) / "compare"))
     tags = {
         "resumed_folds": result.resumed_folds,  # folds taken from checkpoints...
         "days_blocked": int(result.metrics.get("days_blocked", 0)),  # days the book was not the one chosen

@@ -1,4 +1,4 @@
-"""Rolling and combinatorial purged splits over trading dates, with the purge derived from ``label_end``.
+"""The rolling schedule of purged splits over trading dates, with the purge derived from ``label_end``.
 
 The purge rule (docs/design.md, "Timing convention"): a model that decides after the close of day ``d`` may
 train on a sample ``(t, code)`` only if
@@ -14,8 +14,7 @@ must satisfy ``label_end <= cutoff(d)``.
 
 Splits work on trading dates, never on panel rows. The rolling schedule takes or leaves all samples of a
 date together; when a date holds samples with different ``label_end`` values, the latest one decides (a
-conservative purge). CPCV groups by date and purges each sample by its own ``label_end`` (labels from
-``make_labels`` share one ``label_end`` per date, so both agree there).
+conservative purge; labels from ``make_labels`` share one ``label_end`` per date).
 
 ``label_end`` inputs are Series indexed by sample date, or by (date, code), sorted by date; their values
 are trading days (datetime64). ``dates`` inputs are the trading calendar: sorted, unique.
@@ -26,8 +25,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from itertools import combinations
-from math import comb
 
 import numpy as np
 import pandas as pd
@@ -40,7 +37,6 @@ from backtest.leakage import (
     day_label,
     fold_rows,
     purge_violations,
-    sample_dates_of,
 )
 
 log = logging.getLogger(__name__)
@@ -387,196 +383,6 @@ class RollingSchedule:
             fold = replace(fold, record=replace(record, leaky=True))
         log.debug("%s  leak_guard=%s", fold, fold.record.leak_guard)
         return fold
-
-
-# ----------------------------------------------------------------------------------------------------
-# Combinatorial purged cross-validation
-
-
-@dataclass(frozen=True)
-class CombinatorialPurgedKFold:
-    """Combinatorial purged cross-validation (Lopez de Prado, AFML ch. 12) over trading dates.
-
-    The sample dates are cut into ``n_groups`` contiguous groups of (nearly) equal numbers of dates;
-    every choice of ``n_test_groups`` of them is one split (``C(n_groups, n_test_groups)`` splits).
-
-    Purge and embargo, for every test group with first / last sample date ``b0`` / ``b1`` and latest
-    test ``label_end`` ``E`` (a sample's label window is ``(t, label_end]``: the trading days whose
-    prices its label depends on):
-
-    - a training sample dated before the group is kept only if ``label_end <= b0`` (its label is known
-      by the group's first decision: the rolling rule with embargo 0);
-    - a training sample dated after the group is kept only if its date is on or after the trading day
-      ``embargo`` days after ``E`` (purge: its window starts after every test label window ends;
-      embargo: ``embargo`` more trading days against serial correlation).
-
-    So no training label window overlaps a test label window. Each group is tested in
-    ``C(n_groups - 1, n_test_groups - 1)`` splits, which assemble into as many backtest paths
-    (:meth:`backtest_paths`) for PBO / CSCV.
-
-    Parameters
-    ----------
-    n_groups : int
-        Number of contiguous date groups (>= 2).
-    n_test_groups : int
-        Groups tested per split (1 .. n_groups - 1).
-    embargo : int
-        Trading days dropped from training after each test group's last label_end.
-
-    Examples
-    --------
-    Twelve business days, one sample a day with horizon 2, four groups of three days, two test groups,
-    embargo 1; ``T`` = test, ``x`` = purged or embargoed, ``.`` = training:
-
-    >>> dates = pd.bdate_range("2024-01-01", periods=14, name="date")
-    >>> label_end = pd.Series(dates[2:], index=dates[:-2])
-    >>> cv = CombinatorialPurgedKFold(n_groups=4, n_test_groups=2, embargo=1)
-    >>> for s, (train, test) in enumerate(cv.split(label_end)):
-    ...     row = np.full(len(label_end), "x")
-    ...     row[train], row[test] = ".", "T"
-    ...     print(s, cv.test_group_sets()[s], " ".join(row))
-    0 (0, 1) T T T T T T x x . . . .
-    1 (0, 2) T T T x x x T T T x x .
-    2 (0, 3) T T T x x . . . x T T T
-    3 (1, 2) . . x T T T T T T x x .
-    4 (1, 3) . . x T T T x x x T T T
-    5 (2, 3) . . . . . x T T T T T T
-
-    Split 3 tests days 3-8 (days counted from 0). Before the test: day 2 (label_end day 4 > b0 = day 3)
-    is purged, its label needs the open of day 4; day 1 (label_end day 3 = b0) is kept. After it: the
-    test labels end on day 10 (E = sample day 8 + 2); day 9 is purged (its window (9, 11] overlaps
-    (8, 10]), day 10 is embargoed (embargo 1) and training resumes on day 11.
-
-    The ``6`` splits make ``3`` backtest paths; ``paths[p, g]`` names the split predicting group ``g``:
-
-    >>> cv.backtest_paths()
-    array([[0, 0, 1, 2],
-           [1, 3, 3, 4],
-           [2, 4, 5, 5]])
-    """
-
-    n_groups: int = 6
-    n_test_groups: int = 2
-    embargo: int = 0
-
-    def __post_init__(self) -> None:
-        _check_int("cpcv.n_groups", self.n_groups, 2)
-        _check_int("cpcv.n_test_groups", self.n_test_groups, 1)
-        _check_int("cpcv.embargo", self.embargo, 0)
-        if self.n_test_groups >= self.n_groups:
-            raise ConfigError(
-                f"cpcv.n_test_groups must be smaller than cpcv.n_groups; got {self.n_test_groups} of "
-                f"{self.n_groups}. Use e.g. n_groups=6, n_test_groups=2."
-            )
-
-    def get_n_splits(self) -> int:
-        """Number of splits, ``C(n_groups, n_test_groups)``."""
-        return comb(self.n_groups, self.n_test_groups)
-
-    def get_n_paths(self) -> int:
-        """Number of backtest paths, ``C(n_groups - 1, n_test_groups - 1)``."""
-        return comb(self.n_groups - 1, self.n_test_groups - 1)
-
-    def test_group_sets(self) -> list[tuple[int, ...]]:
-        """The test groups of each split, in split order (lexicographic combinations)."""
-        return list(combinations(range(self.n_groups), self.n_test_groups))
-
-    def backtest_paths(self) -> np.ndarray:
-        """Which split's test predictions fill each group of each backtest path.
-
-        Returns
-        -------
-        ndarray of int, shape (n_paths, n_groups)
-            ``paths[p, g]`` is the split index whose out-of-sample predictions of group ``g`` belong to
-            path ``p``; every split appears in exactly ``n_test_groups`` cells.
-
-        Examples
-        --------
-        >>> CombinatorialPurgedKFold(n_groups=4, n_test_groups=2).backtest_paths()
-        array([[0, 0, 1, 2],
-               [1, 3, 3, 4],
-               [2, 4, 5, 5]])
-        """
-        paths = np.full((self.get_n_paths(), self.n_groups), -1, dtype=np.int64)
-        filled = np.zeros(self.n_groups, dtype=np.int64)
-        for s, groups in enumerate(self.test_group_sets()):
-            for g in groups:
-                paths[filled[g], g] = s
-                filled[g] += 1
-        return paths
-
-    def groups(self, label_end: pd.Series) -> np.ndarray:
-        """Group number (0 .. n_groups - 1) of every sample of ``label_end``, in its row order."""
-        sample_dates = sample_dates_of(label_end)
-        unique = np.unique(sample_dates)
-        if len(unique) < self.n_groups:
-            raise InsufficientHistoryError(
-                f"CombinatorialPurgedKFold needs at least n_groups={self.n_groups} distinct sample dates; "
-                f"label_end has {len(unique)}. Use fewer groups or more history."
-            )
-        group_of_date = np.empty(len(unique), dtype=np.int64)
-        for g, members in enumerate(np.array_split(np.arange(len(unique)), self.n_groups)):
-            group_of_date[members] = g
-        return group_of_date[np.searchsorted(unique, sample_dates)]
-
-    def split(
-        self, label_end: pd.Series, dates: pd.DatetimeIndex | None = None
-    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Yield ``(train_idx, test_idx)`` positions into the rows of ``label_end``, one per split.
-
-        Parameters
-        ----------
-        label_end : Series of datetime64
-            Indexed by sample date or (date, code), sorted by date (``Labels.label_end``).
-        dates : DatetimeIndex, optional
-            The trading calendar the embargo counts on; default: the sample dates and label_end values.
-
-        Raises
-        ------
-        DataContractError
-            Unsorted input, or dates off the calendar.
-        InsufficientHistoryError
-            Fewer distinct dates than groups, or a split left without training samples.
-        """
-        ends = LabelEnds.of(label_end)  # validates order and label_end > date
-        sample_dates = sample_dates_of(label_end)
-        sample_end = label_end.to_numpy().astype(_NS)
-        if dates is None:
-            calendar = pd.DatetimeIndex(np.union1d(ends.dates.values.astype(_NS), ends.end))
-        else:
-            calendar = _calendar(dates)
-        _positions_on(calendar, ends.dates, "label_end's sample dates")
-        _positions_on(calendar, pd.DatetimeIndex(np.unique(sample_end)), "label_end values")
-        group = self.groups(label_end)
-        # Per group: first and last sample date, and the first date training may resume after it.
-        bounds: list[tuple[np.datetime64, np.datetime64, pd.Timestamp | None]] = []
-        for g in range(self.n_groups):
-            in_g = group == g
-            resume = int(calendar.get_indexer([sample_end[in_g].max()])[0]) + self.embargo
-            resume_day = calendar[resume] if resume < len(calendar) else None
-            bounds.append((sample_dates[in_g][0], sample_dates[in_g][-1], resume_day))
-        return self._split(group, sample_dates, sample_end, bounds)
-
-    def _split(
-        self, group: np.ndarray, sample_dates: np.ndarray, sample_end: np.ndarray, bounds: list
-    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for s, test_groups in enumerate(self.test_group_sets()):
-            test = np.isin(group, test_groups)
-            train = ~test
-            for g in test_groups:
-                first, last, resume = bounds[g]
-                train &= ~((sample_dates < first) & (sample_end > first))  # purge before the group
-                after = sample_dates > last
-                if resume is None:  # the test labels or the embargo reach the end of the calendar
-                    train &= ~after
-                else:  # purge and embargo after the group
-                    train &= ~(after & (sample_dates < np.datetime64(resume, "ns")))
-            if not train.any():
-                raise InsufficientHistoryError(
-                    f"CPCV split {s} (test groups {test_groups}) has no training sample left after the purge "
-                    f"and embargo={self.embargo}. Use more history, fewer test groups or a smaller embargo."
-                )
-            yield np.flatnonzero(train), np.flatnonzero(test)
 
 
 # ----------------------------------------------------------------------------------------------------

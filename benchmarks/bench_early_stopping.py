@@ -128,7 +128,7 @@ def run_setting(name: str, threads: int, cache: str | None, rehearse: bool = Fal
         plan, features=parts["features"], ranker_factory=factory,
         data_fingerprint=panel_fingerprint(market.panel), seed=parts["seed"],
         options=EngineOptions(feature_cache_dir=Path(cache) if cache else None),
-        oracle=oracle_scores(market, label.exit_offset - label.entry_offset),
+        oracle=oracle_scores(market, label.holding_days),
     )
     out: dict[str, Any] = {"setting": name, **{k: result.metrics.get(k, float("nan")) for k in METRICS}}
     fm = result.fold_metrics

@@ -33,7 +33,7 @@ from backtest.data.synthetic import SyntheticMarketConfig, generate_market
 from backtest.labels import LabelSpec, cross_sectional_target, make_labels
 from backtest.metrics import daily_ic
 from backtest.splits import RollingSchedule
-from models.base import RankingData
+from models.data import RankingData
 from models.lambdarank import BinnedPanel, LambdaRankConfig, LambdaRankRanker
 
 STOCKS, DAYS, FEATURES, WINDOW, VALID = 300, 1000, 250, 750, 20

@@ -22,6 +22,7 @@ import pandas as pd
 
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.data.synthetic import SyntheticMarketConfig, planted_effect_strengths, simulate_market
+from backtest.labels import LabelSpec
 
 
 def main() -> None:
@@ -57,7 +58,7 @@ def main() -> None:
     print(f"baseline, read the same panel from parquet ({size_mb:.1f} MiB): {read_s:.3f} s; "
           f"generate/read ratio {gen / read_s:.0f}x")
     print()
-    table = planted_effect_strengths(market)
+    table = planted_effect_strengths(market, LabelSpec())
     print("| planted effect | mean daily rank IC vs T+1..T+5 open return | std err | days |")
     print("|---|---|---|---|")
     for name, row in table.iterrows():

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from models import stock_transformer
-from models.base import RankingData
+from models.data import RankingData
 from models.ranking_losses import listnet_loss
 from models.stock_transformer import StockTransformer, StockTransformerConfig
 from models.transformer_ranker import StockTransformerRanker, TransformerTrainingConfig

@@ -123,7 +123,7 @@ def run_model(model: str, market: Any, panel: Any, data_fp: str, args: argparse.
     last[0] = time.perf_counter()
     result = run_backtest(
         plan, features=parts["features"], ranker_factory=factory, data_fingerprint=data_fp, options=options,
-        seed=parts["seed"], on_fold=on_fold, oracle=oracle_scores(market, label.exit_offset - label.entry_offset),
+        seed=parts["seed"], on_fold=on_fold, oracle=oracle_scores(market, label.holding_days),
     )
     wall = time.perf_counter() - t0
     per_fold = np.array([f["fit_predict_s"] for f in folds])

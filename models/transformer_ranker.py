@@ -1,7 +1,7 @@
 """StockTransformerRanker: trains and applies :class:`~models.stock_transformer.StockTransformer` behind
 the :class:`~models.base.Ranker` protocol.
 
-Samples come as a :class:`~models.base.RankingData`; its ``wide`` tensor (NaN replaced by 0, uploaded once
+Samples come as a :class:`~models.data.RankingData`; its ``wide`` tensor (NaN replaced by 0, uploaded once
 to the device) is the source of each batch's [day, stock, window, feature] view, gathered on the device
 a few days at a time (``days_per_step``), so the full 4-D array never exists.
 
@@ -33,9 +33,11 @@ from backtest.errors import ConfigError, DataContractError, preview
 from backtest.labels import PROCESSINGS
 from backtest.metrics import daily_ic, ndcg_at_k
 from backtest.portfolio import DEFAULT_TOP_K
-from models.base import EARLY_STOPPING_METRICS, RankerBase, RankingData, window_view
+from models.base import EARLY_STOPPING_METRICS, RankerBase
+from models.data import RankingData
 from models.ranking_losses import LOSSES, listmle_loss, listnet_loss
 from models.stock_transformer import StockTransformer, StockTransformerConfig
+from models.windows import window_view
 
 log = logging.getLogger(__name__)
 

@@ -166,9 +166,10 @@ def test_the_oracle_bounds_what_a_model_captures(tiny_market) -> None:
     """On a synthetic market the run reports the rank IC of the oracle (the planted observable components
     of the expected return, from the generator's states) on the model's scored rows, and the model's
     share of it."""
-    oracle = oracle_scores(tiny_market, 4)
+    label = LabelSpec()
+    oracle = oracle_scores(tiny_market, label.holding_days)
     panel = tiny_market.panel
-    plan = plan_backtest(panel, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE), portfolio=PortfolioSpec())
+    plan = plan_backtest(panel, label=label, schedule=RollingSchedule(**SCHEDULE), portfolio=PortfolioSpec())
     result = run_backtest(plan, features=FEATURES, ranker_factory=small_ranker,
                           data_fingerprint=panel_fingerprint(panel), seed=3, oracle=oracle)
     m = result.metrics

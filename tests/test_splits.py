@@ -1,10 +1,8 @@
-"""Rolling schedule and CPCV: exact folds, the purge rule, leak demonstration, and purge properties."""
+"""Rolling schedule: exact folds, the purge rule, leak demonstration, and purge properties."""
 
 from __future__ import annotations
 
 import json
-from itertools import combinations
-from math import comb
 
 import numpy as np
 import pandas as pd
@@ -15,7 +13,7 @@ from hypothesis import strategies as st
 from backtest.errors import ConfigError, DataContractError, InsufficientHistoryError, LeakageError
 from backtest.labels import LabelSpec, make_labels
 from backtest.leakage import LeakageRecord, check_fold
-from backtest.splits import CombinatorialPurgedKFold, Fold, RollingSchedule
+from backtest.splits import Fold, RollingSchedule
 
 CAL = pd.bdate_range("2024-01-01", periods=40, name="date")  # 2024-01-01 .. 2024-02-23
 
@@ -362,103 +360,6 @@ def test_any_unsorted_calendar_is_refused(n_dates: int, data: st.DataObject) -> 
         RollingSchedule(train_window=2, valid_days=0, test_start=calendar[-3]).split(
             calendar[list(order)], horizon_labels(calendar, 2)
         )
-
-
-# ----------------------------------------------------------------------------------------------------
-# Combinatorial purged k-fold
-
-
-def test_cpcv_counts_and_paths() -> None:
-    cv = CombinatorialPurgedKFold(n_groups=6, n_test_groups=2, embargo=1)
-    assert cv.get_n_splits() == 15 and cv.get_n_paths() == 5
-    paths = cv.backtest_paths()
-    assert paths.shape == (5, 6)
-    for p in range(5):  # every path covers each group once with a split that tests that group
-        for g in range(6):
-            assert g in cv.test_group_sets()[paths[p, g]]
-    assert np.bincount(paths.ravel()).tolist() == [2] * 15
-
-
-def test_cpcv_groups_are_contiguous_and_balanced_over_dates() -> None:
-    label_end = horizon_labels(CAL[:14], 2, codes=("A", "B"))  # 12 dates x 2 codes
-    groups = CombinatorialPurgedKFold(n_groups=4, n_test_groups=2).groups(label_end)
-    assert groups.tolist() == [g for g in range(4) for _ in range(6)]
-
-
-def test_cpcv_purges_and_embargoes_by_date_for_all_codes() -> None:
-    label_end = horizon_labels(CAL[:14], 2, codes=("A", "B"))
-    cv = CombinatorialPurgedKFold(n_groups=4, n_test_groups=2, embargo=1)
-    train, test = list(cv.split(label_end))[3]  # test groups (1, 2): days 3..8
-    assert test.tolist() == list(range(6, 18))
-    # days 0, 1 train; day 2 purged; days 9 purged, 10 embargoed; day 11 train.
-    assert train.tolist() == [0, 1, 2, 3, 22, 23]
-
-
-def test_cpcv_refuses_bad_input() -> None:
-    with pytest.raises(ConfigError, match="n_test_groups must be smaller"):
-        CombinatorialPurgedKFold(n_groups=3, n_test_groups=3)
-    with pytest.raises(InsufficientHistoryError, match="at least n_groups=6 distinct sample dates; label_end has 4"):
-        list(CombinatorialPurgedKFold(n_groups=6).split(horizon_labels(CAL[:6], 2)))
-    with pytest.raises(DataContractError, match="sorted ascending"):
-        list(CombinatorialPurgedKFold(n_groups=2, n_test_groups=1).split(horizon_labels(CAL, 2).iloc[::-1]))
-    with pytest.raises(InsufficientHistoryError, match="no training sample left"):
-        list(CombinatorialPurgedKFold(n_groups=2, n_test_groups=1, embargo=30).split(horizon_labels(CAL, 5)))
-
-
-@settings(max_examples=120, deadline=None)
-@given(
-    n_dates=st.integers(8, 50),
-    horizon=st.integers(1, 6),
-    embargo=st.integers(0, 4),
-    n_groups=st.integers(2, 6),
-    data=st.data(),
-)
-def test_cpcv_train_and_test_label_windows_never_overlap(
-    n_dates: int, horizon: int, embargo: int, n_groups: int, data: st.DataObject
-) -> None:
-    calendar = pd.bdate_range("2023-01-02", periods=n_dates + horizon, name="date")
-    label_end = horizon_labels(calendar, horizon, codes=data.draw(st.sampled_from([(), ("A", "B")])))
-    n_test = data.draw(st.integers(1, n_groups - 1))
-    cv = CombinatorialPurgedKFold(n_groups=n_groups, n_test_groups=n_test, embargo=embargo)
-    if n_dates < n_groups:
-        with pytest.raises(InsufficientHistoryError):
-            list(cv.split(label_end))
-        return
-    pos = {d: i for i, d in enumerate(calendar)}
-    start = np.array([pos[d] for d in label_end.index.get_level_values(0)])
-    end = np.array([pos[d] for d in label_end])
-    groups = cv.groups(label_end)
-    times_tested = np.zeros(len(label_end), dtype=int)
-    try:
-        splits = list(cv.split(label_end, calendar))
-    except InsufficientHistoryError:
-        return
-    assert len(splits) == comb(n_groups, n_test)
-    for (train, test), test_groups in zip(splits, cv.test_group_sets()):
-        assert np.intersect1d(train, test).size == 0
-        assert set(np.unique(groups[test])) == set(test_groups)
-        times_tested[test] += 1
-        # Label windows are (start, end] in trading days: no training window meets a test window.
-        overlap = (start[train][:, None] < end[test][None, :]) & (start[test][None, :] < end[train][:, None])
-        assert not overlap.any()
-        # Exact characterisation: kept unless overlapping a test group's windows or in its embargo.
-        expected = np.ones(len(label_end), dtype=bool)
-        expected[test] = False
-        for g in test_groups:
-            in_g = groups == g
-            first, last, latest = start[in_g].min(), start[in_g].max(), end[in_g].max()
-            expected &= ~((start < first) & (end > first))
-            expected &= ~((start > last) & (start < latest + embargo))
-        assert train.tolist() == np.flatnonzero(expected).tolist()
-    assert (times_tested == comb(n_groups - 1, n_test - 1)).all()
-
-
-def test_cpcv_split_groups_match_the_combinations() -> None:
-    cv = CombinatorialPurgedKFold(n_groups=5, n_test_groups=3)
-    label_end = horizon_labels(CAL, 1)
-    groups = cv.groups(label_end)
-    for (_, test), expected in zip(cv.split(label_end), combinations(range(5), 3)):
-        assert tuple(np.unique(groups[test])) == expected
 
 
 def test_backtest_config_instantiates_the_schedule(compose_config) -> None:

@@ -80,7 +80,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                 plan, features=parts.features, ranker_factory=parts.ranker_factory, data_fingerprint=data_fp,
                 options=parts.options, n_trials=identity.n_trials, seed=int(cfg.seed), on_fold=progress,
                 trial_sharpe_var=trial_sharpe_var(tracker, identity.study),
-                oracle=oracle_scores(market, parts.label.exit_offset - parts.label.entry_offset) if market else None,
+                oracle=oracle_scores(market, parts.label.holding_days) if market else None,
             )
         except (LeakageError, FeatureAuditError) as exc:
             record_guard_failure(mlrun, exc, data_fp)

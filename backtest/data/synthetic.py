@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import warnings
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -222,8 +223,8 @@ def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
     close, ref, limit_hit_far = _price_path(r, price0, limit_pct, suspended)
     alive, delist_idx = _delist_penny_stocks(close, alive, delist_idx)
     suspended &= alive
-    up_limit = _round2(ref * (1 + limit_pct))
-    down_limit = _round2(ref * (1 - limit_pct))
+    up_limit = _limit_price(ref, limit_pct, +1)
+    down_limit = _limit_price(ref, limit_pct, -1)
 
     gap = 0.3 * np.log(close / ref) + rng.normal(0.0, 0.3, (T, N)) * sigma[None, :]
     open_ = np.clip(_round2(ref * np.exp(gap)), down_limit, up_limit)
@@ -285,6 +286,19 @@ def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
 
 def _round2(x: np.ndarray) -> np.ndarray:
     return np.round(x, 2)
+
+
+def _limit_price(ref: np.ndarray, fraction: np.ndarray, side: int) -> np.ndarray:
+    """The board's limit price ``ref * (1 + side * fraction)`` to the fen, as this market rounds it.
+
+    The rule and its ``fraction`` are :mod:`backtest.data.tradability`'s; the rounding is not quite:
+    :func:`~backtest.data.tradability.board_limit_price` (the exchanges' rule) rounds an exact half fen
+    up, ``np.round`` here rounds the binary float of the product, so a half fen can go down. Switching
+    to the owner would change those limit prices, the closes clipped at them and what follows, i.e. the
+    default market's bytes and every result on it; until that is decided the market keeps its rounding
+    (``tests/data/test_synthetic.py`` pins that the two differ on half-fen ties only).
+    """
+    return _round2(ref * (1 + side * fraction))
 
 
 def _ar1(innovations: np.ndarray, phi: float) -> np.ndarray:
@@ -396,8 +410,8 @@ def _price_path(
         ref[t] = prev
         want = r[t] + carry
         target = prev * np.exp(want)
-        up = _round2(prev * (1 + limit_pct[t]))
-        dn = _round2(prev * (1 - limit_pct[t]))
+        up = _limit_price(prev, limit_pct[t], +1)
+        dn = _limit_price(prev, limit_pct[t], -1)
         c = np.clip(_round2(target), dn, up)
         hit = (c >= up) | (c <= dn)
         c = np.where(suspended[t], prev, c)
@@ -542,12 +556,23 @@ def daily_rank_ic(signal: np.ndarray, target: np.ndarray, eligible: np.ndarray, 
     return ic
 
 
-def planted_effect_strengths(market: SyntheticMarket, horizon: int = 5) -> pd.DataFrame:
-    """Measure each planted effect as a daily rank IC against the default label (T+1 to T+h open).
+class LabelWindow(Protocol):
+    """The days of a label (:class:`backtest.labels.LabelSpec` is one): bought at the open of
+    ``t + entry_offset``, sold at the open of ``t + exit_offset``."""
+
+    entry_offset: int
+    exit_offset: int
+
+
+def planted_effect_strengths(market: SyntheticMarket, label: LabelWindow) -> pd.DataFrame:
+    """Measure each planted effect as a daily rank IC against the open-to-open return of ``label``'s
+    window (``backtest.labels.LabelSpec()``: the default label, T+1 to T+5 open).
 
     Returns a DataFrame with one row per effect: the mean daily rank IC over index members, its
-    standard error (days are overlapping, so the error is scaled by sqrt(h)) and the number of days.
+    standard error (days are overlapping, so the error is scaled by sqrt(h), h = ``exit_offset``) and
+    the number of days.
     """
+    horizon = label.exit_offset
     p = market.panel
     wide = {c: p[c].unstack("code").reindex(index=market.truth.dates.astype("datetime64[ns]"),
                                             columns=market.truth.codes)
@@ -560,8 +585,8 @@ def planted_effect_strengths(market: SyntheticMarket, horizon: int = 5) -> pd.Da
     trading = trading.reindex(index=wide["open"].index, columns=wide["open"].columns, fill_value=False)
     not_trading = ~trading.to_numpy(dtype=bool)
     member = wide["in_universe"].fillna(False).to_numpy(dtype=bool)
-    entry, exit_ = _shift(open_, -1), _shift(open_, -horizon)
-    tradable = ~_shift(not_trading.astype(float), -1, fill=1).astype(bool) & ~_shift(
+    entry, exit_ = _shift(open_, -label.entry_offset), _shift(open_, -horizon)
+    tradable = ~_shift(not_trading.astype(float), -label.entry_offset, fill=1).astype(bool) & ~_shift(
         not_trading.astype(float), -horizon, fill=1
     ).astype(bool)
     label = np.where(tradable, exit_ / entry - 1.0, np.nan)
@@ -641,10 +666,13 @@ def observable_expected_return(truth: MarketTruth, days: int) -> np.ndarray:
             + truth.industry_drift[:, truth.industry_of] * days)
 
 
-def oracle_scores(market: SyntheticMarket, days: int) -> pd.Series:
-    """:func:`observable_expected_return` on every row of the market's panel, indexed by (date, code):
-    the oracle that ranks by the planted observable components (``oracle_rank_ic``)."""
-    wide = observable_expected_return(market.truth, days)
+def oracle_scores(market: SyntheticMarket, holding_days: int) -> pd.Series:
+    """:func:`observable_expected_return` over ``holding_days`` on every row of the market's panel, indexed
+    by (date, code): the oracle that ranks by the planted observable components (``oracle_rank_ic``).
+
+    Pass the label's own window, :attr:`backtest.labels.LabelSpec.holding_days` (the daily returns the
+    label spans: 4 for open(t+1) -> open(t+5)), so the oracle looks as far ahead as the label does."""
+    wide = observable_expected_return(market.truth, holding_days)
     index = market.panel.index
     rows = market.truth.dates.get_indexer(index.get_level_values(0))
     cols = market.truth.codes.get_indexer(index.get_level_values(1))

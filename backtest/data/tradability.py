@@ -89,7 +89,8 @@ GROWTH_BOARD_LIMIT = 0.20
 #: Code prefixes of the boards with their own limit rule.
 STAR_PREFIXES: tuple[str, ...] = ("688",)
 CHINEXT_PREFIXES: tuple[str, ...] = ("300", "301")
-#: Half an A-share price tick (CNY): a fill this close to a limit price counts as at the limit.
+#: Half an A-share price tick (CNY): a fill this close to a limit price counts as at the limit, and a
+#: loader's close this far beyond one is still within it (``backtest.data.tushare``).
 LIMIT_TOLERANCE = 0.005
 
 
@@ -200,13 +201,27 @@ def suspended(panel: pd.DataFrame, grid: WideGrid) -> np.ndarray:
     False where the panel has no row (whether that is a suspension, a listing gap or a delisting is
     the caller's question; :func:`trading` is False there).
     """
+    return grid.to_wide(suspended_rows(panel), dtype=bool, fill=False)
+
+
+def suspended_rows(panel: pd.DataFrame) -> np.ndarray:
+    """bool (n_rows,): the rule of :func:`suspended`, row by row in the panel's own order, for a caller
+    that works on a frame's rows rather than on the grid (a loader checking what it reads). The frame
+    needs neither a sorted (date, code) index nor either column.
+
+    Examples
+    --------
+    >>> rows = pd.DataFrame({"volume": [100.0, 0.0, np.nan, 100.0], "is_suspended": [False, False, False, True]})
+    >>> suspended_rows(rows).tolist()
+    [False, True, False, True]
+    """
     flag = np.zeros(len(panel), dtype=bool)
     if "is_suspended" in panel.columns:
         flag |= _as_bool(panel["is_suspended"])
     if "volume" in panel.columns:
         with np.errstate(invalid="ignore"):
             flag |= panel["volume"].to_numpy(np.float64) <= 0  # NaN volume is no evidence
-    return grid.to_wide(flag, dtype=bool, fill=False)
+    return flag
 
 
 def trading(panel: pd.DataFrame, grid: WideGrid, *prices: np.ndarray) -> np.ndarray:

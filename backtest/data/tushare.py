@@ -63,6 +63,7 @@ from types import MappingProxyType
 import numpy as np
 import pandas as pd
 
+from backtest.data import tradability
 from backtest.data.loaders import read_calendar, read_table
 from backtest.data.membership import membership_from_snapshots
 from backtest.data.schema import INDEX_NAMES, MONEYFLOW_COLUMNS, PRICE_COLUMNS
@@ -440,12 +441,14 @@ _UNIT_CHECKS = MappingProxyType({
 
 
 def _check_limits(frame: pd.DataFrame, source: str) -> None:
-    """Log (not refuse) closes outside the day's limits: real exports have a few (listing days)."""
-    trading = ~frame["is_suspended"].to_numpy() if "is_suspended" in frame.columns else np.ones(len(frame), bool)
+    """Log (not refuse) closes of trading days outside the day's limits by more than half a tick
+    (:mod:`backtest.data.tradability`'s rule and tolerance): real exports have a few (listing days)."""
+    trading = ~tradability.suspended_rows(frame)
     close = frame["close"].to_numpy()
+    tolerance = tradability.LIMIT_TOLERANCE
     with np.errstate(invalid="ignore"):
-        out = trading & ((close > frame["up_limit"].to_numpy() + 0.005)
-                         | (close < frame["down_limit"].to_numpy() - 0.005))
+        out = trading & ((close > frame["up_limit"].to_numpy() + tolerance)
+                         | (close < frame["down_limit"].to_numpy() - tolerance))
     if out.any():
         log.warning("%s: %d close(s) outside [down_limit, up_limit]: %s", source, int(out.sum()),
                     preview(f"({d:%Y-%m-%d}, {c})" for d, c in frame.index[out]))
@@ -520,7 +523,7 @@ def _attach(frame: pd.DataFrame, table: pd.DataFrame, key: str, source: str) -> 
                      f"export {key} for the same stocks and period as daily (same ts_code format, e.g. 600000.SH)")
     out = frame.join(table[columns], how="left")
     covered = out[columns[0]].notna().to_numpy()
-    trading = ~out["is_suspended"].to_numpy() if "is_suspended" in out.columns else np.ones(len(out), bool)
+    trading = ~tradability.suspended_rows(out)
     coverage = covered[trading].mean()
     level = logging.WARNING if coverage < 0.9 else logging.INFO
     log.log(level, "%s: %d of %d rows match a bar or a suspended day of daily (the rest are for other stocks or "
@@ -648,9 +651,10 @@ def _membership(table: pd.DataFrame, index_code: str, index: pd.MultiIndex, sour
 def panel_to_tushare(panel: pd.DataFrame, index_code: str = DEFAULT_INDEX_CODE) -> dict[str, pd.DataFrame]:
     """A canonical panel as the Tushare API tables that :func:`import_tushare` reads, in Tushare's units.
 
-    The inverse of the importer, used to test it on synthetic markets and to benchmark it. Suspended rows
-    (``is_suspended``) get no ``daily``, ``moneyflow`` or ``daily_basic`` row, as in Tushare, but keep
-    their ``adj_factor`` and ``stk_limit`` rows. ``index_weight`` holds one snapshot (equal weights) on the
+    The inverse of the importer, used to test it on synthetic markets and to benchmark it. Rows of days
+    without trading (:func:`backtest.data.tradability.suspended_rows`: ``is_suspended``, or no volume) get
+    no ``daily``, ``moneyflow`` or ``daily_basic`` row, as in Tushare, but keep their ``adj_factor`` and
+    ``stk_limit`` rows. ``index_weight`` holds one snapshot (equal weights) on the
     first day and on every day the member set changes; ``industry`` one dated row (``in_date``,
     ``out_date``) per run of days with the same industry; ``trade_cal`` the panel's days.
 
@@ -666,9 +670,7 @@ def panel_to_tushare(panel: pd.DataFrame, index_code: str = DEFAULT_INDEX_CODE) 
     dates = panel.index.get_level_values(0)
     codes = np.asarray(panel.index.get_level_values(1), dtype=object)
     keys = pd.DataFrame({"ts_code": codes, "trade_date": dates.strftime("%Y%m%d")})
-    suspended = panel["is_suspended"].to_numpy(dtype=bool) if "is_suspended" in panel.columns \
-        else np.zeros(len(panel), bool)
-    trading = ~suspended
+    trading = ~tradability.suspended_rows(panel)  # a day without trading has no bar in Tushare
     out: dict[str, pd.DataFrame] = {}
 
     daily = keys.copy()

@@ -27,7 +27,7 @@ from mlflow.exceptions import MlflowException
 
 from backtest.errors import StoreUnavailableError, TrackingError, preview
 from backtest.provenance import Provenance, provenance_tags
-from backtest.tracking.layout import ARTIFACTS
+from backtest.tracking.layout import ARTIFACTS, COMPARE_IMAGES
 from backtest.tracking.queries import RunKind, study_runs, sweep_runs
 from backtest.tracking.redaction import (
     MAX_TAG_VALUE_CHARS,
@@ -420,6 +420,29 @@ class TrackedRun:
             except (MlflowException, OSError, ValueError) as exc:
                 self._raise_if_unavailable(exc, f"image {key!r}")
                 raise TrackingError(f"MLflow refused the image {key!r} for run {self.run_id}: {exc}") from exc
+
+    def log_compare_images(self, images: Mapping[str, Path | str]) -> list[str]:
+        """Log the charts a compare-runs page shows side by side at the run's root, under their
+        :data:`~backtest.tracking.layout.COMPARE_IMAGES` names.
+
+        MLflow's compare-runs page ("Artifacts" section) lists only the **files at the root** of the
+        compared runs' artifact trees (folders are skipped) that **every** compared run has, and renders
+        the images among them; so a chart meant for comparing runs goes to the root under the same name
+        in every run (the copies under ``reports/`` stay where the reports link them). Keyed images
+        (:meth:`log_image` with ``key=``, stored as ``images/<key>+step+...``) are drawn as image grids
+        by the experiment's chart view instead.
+
+        ``images`` maps a key of ``COMPARE_IMAGES`` (``equity``, ``drawdown``, ``fold_rank_ic``; another
+        key ``name`` is logged as ``name.png``) to a PNG already drawn (by :mod:`backtest.reports.plots`);
+        a file that is not there is skipped. Returns the artifact paths logged, in the order given.
+        """
+        logged = []
+        for name, source in images.items():
+            if Path(source).is_file():
+                target = COMPARE_IMAGES.get(name, f"{name}.png")
+                self.log_image(source, target)
+                logged.append(target)
+        return logged
 
     def load_frame(self, artifact_file: str) -> pd.DataFrame:
         """Read back a ``.parquet`` artifact written by :meth:`log_frame`."""

@@ -16,16 +16,9 @@ answers, and prints:
 
 ``python -m backtest.tracking.ui urls`` prints the same links for a server that is already running.
 
-Images in the compare-runs page
--------------------------------
-The compare-runs page ("Artifacts" section) lists only the **files at the root** of the compared runs'
-artifact trees (folders are skipped) that **every** compared run has, and renders images among them. A
-chart meant for comparing runs is therefore logged at the root under the same name in every run
-(:data:`backtest.tracking.layout.COMPARE_IMAGES`, :func:`log_compare_images`, which
-:func:`backtest.record.record_backtest` calls for every run with the charts of
-:mod:`backtest.reports.plots`); the copies under ``reports/`` stay where the reports
-are. Keyed images (:meth:`backtest.tracking.TrackedRun.log_image` with ``key=``, stored as
-``images/<key>+step+...``) are drawn as image grids by the experiment's chart view instead.
+The images that the compare-runs page shows side by side are drawn in :mod:`backtest.reports.plots` and
+logged at each run's root by :meth:`backtest.tracking.TrackedRun.log_compare_images`; this module only
+serves the UI and links into it.
 """
 
 from __future__ import annotations
@@ -49,7 +42,6 @@ from urllib.parse import quote, urlsplit
 
 from backtest import PROJECT_DIR
 from backtest.errors import ConfigError, TrackingError
-from backtest.tracking.layout import COMPARE_IMAGES
 from backtest.tracking.redaction import redact_uri
 from backtest.tracking.store import resolve_tracking_uri
 
@@ -436,25 +428,6 @@ def ui_links(uri: str, experiment: str, base_url: str) -> UiLinks:
     if found is None or found.lifecycle_stage != "active":
         return UiLinks(base_url, experiment, None, None)
     return UiLinks(base_url, experiment, found.experiment_id, latest_study(client, found.experiment_id))
-
-
-# -- images for the compare view ------------------------------------------------------------------
-
-
-def log_compare_images(run: object, images: Mapping[str, Path | str]) -> list[str]:
-    """Log the charts a compare-runs page shows side by side at the root of ``run`` (a
-    :class:`~backtest.tracking.TrackedRun`), under their :data:`COMPARE_IMAGES` names.
-
-    ``images`` maps a key of :data:`COMPARE_IMAGES` (``equity``, ``drawdown``, ``fold_rank_ic``; another
-    key ``name`` is logged as ``name.png``) to a PNG already drawn (by :mod:`backtest.reports.plots`);
-    a file that is not there is skipped. Returns the artifact paths logged, in the order given."""
-    logged = []
-    for name, source in images.items():
-        if Path(source).is_file():
-            target = COMPARE_IMAGES.get(name, f"{name}.png")
-            run.log_image(source, target)  # type: ignore[attr-defined]
-            logged.append(target)
-    return logged
 
 
 # -- command line ----------------------------------------------------------------------------------

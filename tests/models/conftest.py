@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from backtest.labels import cross_sectional_target
-from models.base import RankingData
+from models.data import RankingData
 
 
 def build_ranking_data(

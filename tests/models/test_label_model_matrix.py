@@ -22,13 +22,13 @@ from backtest.labels import PROCESSINGS
 from backtest.metrics import daily_ic
 from backtest.portfolio import PortfolioSpec
 from backtest.splits import RollingSchedule
-from models.base import LABEL_OPTIONS, MODEL_OPTIONS, check_label_processing
+from models.base import check_label_processing, label_configs, model_configs, model_families
 
 CONF = Path(CONF_DIR)
 LABELS = sorted(p.stem for p in (CONF / "label").glob("*.yaml"))
 MODEL_CONFIGS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
 #: The model families (the fix lines' vocabulary); the other conf/model files are ablations of one of them.
-MODELS = sorted(MODEL_OPTIONS)
+MODELS = sorted(model_families())
 
 #: One fold: the test period (2022-11-01..2022-12-20, ~35 trading days) is shorter than retrain_every.
 ONE_FOLD = RollingSchedule(retrain_every=40, train_window=100, valid_days=10, embargo=2,
@@ -118,19 +118,43 @@ def test_every_label_option_with_every_model(tiny_panel, compose_config) -> None
     assert "model=stock_transformer" in cells[("raw", "lambdarank")]["message"]
 
 
-def test_the_config_options_are_the_ones_the_fix_lines_name(compose_config) -> None:
-    """LABEL_OPTIONS and MODEL_OPTIONS (the fix lines' vocabulary) match conf/label and conf/model."""
-    for name in LABELS:
-        processing = compose_config([f"label={name}"]).label.processing
-        assert LABEL_OPTIONS[processing].split()[0] == f"label={name}", (name, LABEL_OPTIONS[processing])
-    assert sorted(LABEL_OPTIONS) == sorted(PROCESSINGS)  # every processing has its config option
-    families = {target.replace(":", "."): name for name, target in MODEL_OPTIONS.items()}
-    for name in MODEL_CONFIGS:  # every model config (ablation variants included) is one of the families
-        target = compose_config([f"model={name}"]).model._target_
-        assert target in families, (name, target)
-        if name in MODEL_OPTIONS:
-            assert families[target] == name
-    assert set(MODEL_OPTIONS) <= set(MODEL_CONFIGS)  # every family has its config option
+def test_the_fix_lines_name_the_config_options_of_conf(compose_config) -> None:
+    """label_configs and model_configs (the fix lines' vocabulary) are read from conf/label and conf/model:
+    every file, with what Hydra composes from it."""
+    assert sorted(label_configs()) == LABELS
+    for name, processing in label_configs().items():
+        assert compose_config([f"label={name}"]).label.processing == processing, name
+    assert set(label_configs().values()) == set(PROCESSINGS)  # every processing has its config option
+    assert sorted(model_configs()) == MODEL_CONFIGS
+    for name, target in model_configs().items():  # the ablation variants included
+        assert compose_config([f"model={name}"]).model._target_ == target.replace(":", "."), name
+    families = model_families()
+    assert set(families) <= set(MODEL_CONFIGS)
+    assert sorted(families.values()) == sorted(set(model_configs().values()))  # one family per ranker class
+
+
+def test_a_new_config_file_is_in_the_fix_line_without_a_code_change(tmp_path, monkeypatch) -> None:
+    import shutil
+
+    import backtest
+    from models.lambdarank import LambdaRankRanker
+
+    for group in ("label", "model"):
+        shutil.copytree(CONF / group, tmp_path / "conf" / group)
+    (tmp_path / "conf" / "label" / "deciles.yaml").write_text("defaults:\n  - default\n  - _self_\n\nn_bins: 10\n")
+    (tmp_path / "conf" / "model" / "lambdarank_fast.yaml").write_text(
+        "defaults:\n  - lambdarank\n  - _self_\n\nconfig:\n  num_boost_round: 50\n")
+    monkeypatch.setattr(backtest, "PROJECT_DIR", tmp_path)
+    assert label_configs()["deciles"] == "bins"
+    assert model_configs()["lambdarank_fast"] == "models.lambdarank:LambdaRankRanker"
+    assert "lambdarank_fast" not in model_families()  # a variant: the fix line names its family
+    with pytest.raises(ConfigError) as refusal:
+        check_label_processing(LambdaRankRanker, "raw")
+    assert str(refusal.value).endswith("fix: label=deciles (bins) or label=default (bins) or label=three_class, "
+                                       "or model=stock_transformer")
+    monkeypatch.setattr(backtest, "PROJECT_DIR", tmp_path / "elsewhere")  # no conf/: the fix names the setting
+    with pytest.raises(ConfigError, match="fix: label.processing=bins or label.processing=three_class$"):
+        check_label_processing(LambdaRankRanker, "raw")
 
 
 def test_three_class_gives_lambdarank_three_gains(compose_config) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from backtest.errors import ConfigError, DataContractError
 from backtest.metrics import daily_ic, daily_ndcg, relevance_gains
-from models.base import RankingData
+from models.data import RankingData
 from models.lambdarank import WHOLE_LIST, BinnedPanel, EarlyStopping, LambdaRankConfig, LambdaRankRanker
 
 Factory = Callable[..., tuple[RankingData, np.ndarray]]
@@ -414,7 +414,7 @@ def test_user_mistakes_get_clear_errors(make_ranking_data: Factory) -> None:
         LambdaRankRanker(LambdaRankConfig(n_bins=5)).fit(data)
     raw = data.with_relevance(np.linspace(-0.05, 0.05, data.n_samples))
     with pytest.raises(ConfigError, match=r"expected integer relevance levels.*received a float64 target(.|\n)*"
-                                          r"fix: label=default \(10 relevance bins\) or label=three_class, "
+                                          r"fix: label=default \(bins\) or label=three_class, "
                                           r"or model=stock_transformer"):
         LambdaRankRanker().fit(raw)
     with pytest.raises(ConfigError, match="integer relevance levels"):

@@ -8,9 +8,11 @@ import pytest
 import torch
 
 from backtest.errors import ConfigError, DataContractError
-from models.base import Ranker, RankingData, check_label_processing, feature_tensor, window_view
+from models.base import Ranker, check_label_processing
+from models.data import RankingData
 from models.lambdarank import LambdaRankRanker
 from models.transformer_ranker import StockTransformerRanker
+from models.windows import feature_tensor, window_view
 
 D = np.array(["2024-01-02", "2024-01-02", "2024-01-03", "2024-01-03", "2024-01-03"], dtype="datetime64[ns]")
 C = np.array(["A", "B", "A", "B", "C"])
@@ -186,7 +188,7 @@ def test_a_refused_label_names_what_was_expected_received_and_the_fix() -> None:
         check_label_processing(LambdaRankRanker(), "raw")
     assert str(refusal.value) == (
         "LambdaRankRanker cannot learn from label.processing=raw: expected one of bins, three_class, received raw.\n"
-        "  fix: label=default (10 relevance bins) or label=three_class, or model=stock_transformer"
+        "  fix: label=default (bins) or label=three_class, or model=stock_transformer"
     )
     with pytest.raises(ConfigError, match="expected one of raw, rank, bins, three_class, received 'ranks'"):
         check_label_processing(StockTransformerRanker, "ranks")

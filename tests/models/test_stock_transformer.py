@@ -16,7 +16,7 @@ from backtest.errors import ConfigError, DataContractError
 from backtest.labels import cross_sectional_target
 from backtest.metrics import daily_ic, daily_ndcg
 from models import stock_transformer
-from models.base import RankingData, feature_tensor
+from models.data import RankingData
 from models.ranking_losses import listmle_loss, listnet_loss, ranknet_loss
 from models.stock_transformer import (
     EncoderLayer,
@@ -26,6 +26,7 @@ from models.stock_transformer import (
     attention,
 )
 from models.transformer_ranker import StockTransformerRanker, TransformerTrainingConfig
+from models.windows import feature_tensor
 
 Factory = Callable[..., tuple[RankingData, np.ndarray]]
 

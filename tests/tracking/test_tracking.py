@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 from backtest.errors import ConfigError, TrackingError
+from backtest.reports.plots import plot_fold_metric
 from backtest.tracking import (
     ARTIFACTS,
     MAX_PARAM_VALUE_CHARS,
@@ -33,6 +34,7 @@ from backtest.tracking import (
     resolve_tracking_uri,
     study_runs,
 )
+from backtest.tracking.layout import COMPARE_IMAGES
 from backtest.tracking.ui import server_command, server_env
 
 # --------------------------------------------------------------------------------------------------
@@ -399,6 +401,23 @@ def test_nan_metric_is_stored_as_nan(tracker: Tracker, client) -> None:
         run.log_metrics({"ic_mean": float("nan"), "sharpe": np.float32(0.5)})
     metrics = client.get_run(run.run_id).data.metrics
     assert np.isnan(metrics["ic_mean"]) and metrics["sharpe"] == 0.5
+
+
+def test_compare_images_land_at_the_run_root(tracker: Tracker, client, tmp_path: Path) -> None:
+    png = plot_fold_metric(pd.DataFrame({"rank_ic": [0.03, -0.01, 0.02]}), "rank_ic", tmp_path / "charts" / "fold.png")
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "equity.png").write_bytes(png.read_bytes())
+    images = {"equity": reports / "equity.png", "drawdown": reports / "drawdown.png", "fold_rank_ic": png}
+    with tracker.start_run("images") as run:
+        logged = run.log_compare_images(images)  # drawdown.png missing: skipped
+        run.log_image(png, "charts/fold.png", key="fold/rank_ic", step=2)
+    assert logged == [COMPARE_IMAGES["equity"], COMPARE_IMAGES["fold_rank_ic"]]
+    files = run.list_artifacts()
+    assert {"equity.png", "fold_rank_ic.png", "charts/fold.png"} <= set(files)
+    keyed = [path for path in files if path.startswith("images/fold~rank_ic+step+2+")]
+    assert len(keyed) == 2  # the image and its compressed preview, drawn by the chart view
+    assert client.get_run(run.run_id).data.tags["mlflow.loggedImages"] == "True"
 
 
 # --------------------------------------------------------------------------------------------------

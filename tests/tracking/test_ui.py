@@ -16,18 +16,15 @@ import pandas as pd
 import pytest
 
 from backtest.errors import ConfigError
-from backtest.reports.plots import plot_fold_metric
 from backtest.tracking import Tracker, prepare_store
 from backtest.tracking.store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
 from backtest.tracking.ui import (
-    COMPARE_IMAGES,
     SERVER_ENV,
     UiServer,
     artifacts_destination,
     compare_url,
     experiment_url,
     free_port,
-    log_compare_images,
     server_command,
     server_env,
     ui_links,
@@ -166,27 +163,6 @@ def test_server_command_is_local_lean_and_on_the_project_store(tmp_path: Path) -
     assert artifacts_destination("postgresql://u@h/db", tmp_path) == tmp_path / "mlartifacts"
     with pytest.raises(ConfigError, match="running server already"):
         server_command("http://127.0.0.1:5000")
-
-
-# -- images for the compare view -------------------------------------------------------------------
-
-
-def test_compare_images_land_at_the_run_root(store: Path, tmp_path: Path) -> None:
-    png = plot_fold_metric(_fold_metrics().reset_index(), "rank_ic", tmp_path / "charts" / "fold.png")
-    reports = tmp_path / "reports"
-    reports.mkdir()
-    (reports / "equity.png").write_bytes(png.read_bytes())
-    images = {"equity": reports / "equity.png", "drawdown": reports / "drawdown.png", "fold_rank_ic": png}
-    tracker = Tracker(_uri(store), "images", project_dir=store)
-    with tracker.start_run("images") as run:
-        logged = log_compare_images(run, images)  # drawdown.png missing: skipped
-        run.log_image(png, "charts/fold.png", key="fold/rank_ic", step=2)
-    assert logged == [COMPARE_IMAGES["equity"], COMPARE_IMAGES["fold_rank_ic"]]
-    files = run.list_artifacts()
-    assert {"equity.png", "fold_rank_ic.png", "charts/fold.png"} <= set(files)
-    keyed = [path for path in files if path.startswith("images/fold~rank_ic+step+2+")]
-    assert len(keyed) == 2  # the image and its compressed preview, drawn by the chart view
-    assert tracker.client.get_run(run.run_id).data.tags["mlflow.loggedImages"] == "True"
 
 
 # -- the real server -------------------------------------------------------------------------------
