@@ -197,7 +197,7 @@ class BacktestPlan:
 
 def plan_backtest(panel: pd.DataFrame, *, label: LabelSpec, schedule: RollingSchedule,
                   portfolio: PortfolioSpec) -> BacktestPlan:
-    """Make the labels and the folds (about a second on the default market), before any expensive work.
+    """Make the labels and the folds before any expensive work (benchmarks/bench_labels_splits.py times it).
 
     The test period's universe is checked first (:func:`backtest.portfolio.check_universe`). Every fold
     is purged from ``label_end`` and checked by :func:`backtest.leakage.check_fold` inside

@@ -29,7 +29,7 @@ from backtest.drift import (
     psi_flags,
 )
 from backtest.reports.drift_charts import HEATMAP_FEATURES, plot_importance_rank_heatmap, plot_psi_heatmap
-from backtest.reports.tables import date_label, markdown_table
+from backtest.reports.tables import date_label, markdown_table, page_head
 
 
 @dataclass(frozen=True)
@@ -221,11 +221,7 @@ def _markdown(run: DriftRun, sections: list[_Section]) -> str:
 
 def _html(run: DriftRun, sections: list[_Section]) -> str:
     title = html.escape(_title(run))
-    body = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title>",
-            "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-            "td,th{border-bottom:1px solid #ddd;padding:3px 10px;text-align:right}"
-            "img{max-width:100%}.run{color:#555}</style></head><body>",
-            f"<h1>{title}</h1>"]
+    body = [page_head(_title(run), ".run{color:#555}"), f"<h1>{title}</h1>"]
     header = _header_lines(run)
     if header:
         body.append(f"<p class='run'>{html.escape('; '.join(header))}</p>")

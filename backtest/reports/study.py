@@ -35,10 +35,10 @@ import pandas as pd
 
 from backtest import metrics as m
 from backtest.errors import DataContractError, preview
-from backtest.reports.drift import markdown_table
 from backtest.reports.files import STUDY_REPORT_FILES
 from backtest.reports.plots import BENCHMARK_COLOR, new_figure, save_png
 from backtest.reports.returns import wealth_curve
+from backtest.reports.tables import markdown_table, page_head
 from backtest.statistics import (
     MIN_BLOCK_DAYS,
     PERIODS_PER_YEAR,
@@ -620,11 +620,7 @@ def write_study_report(directory: Path | str, report: StudyReport) -> list[Path]
 
     markdown = [f"# {report.title}", "", reading, ""]
     body = [
-        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
-        f"<title>{html.escape(report.title)}</title>",
-        "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}"
-        "td,th{border-bottom:1px solid #ddd;padding:3px 10px;text-align:right}img{max-width:100%}</style>",
-        "</head><body>",
+        page_head(report.title, "body{max-width:1200px}"),
         f"<h1>{html.escape(report.title)}</h1>",
         f"<p>{html.escape(reading)}</p>",
     ]

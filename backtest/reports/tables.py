@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pandas as pd
 
@@ -36,3 +38,21 @@ def date_label(value: object) -> str:
     if isinstance(value, pd.Timestamp) and value == value.normalize():
         return str(value.date())
     return str(value)
+
+
+#: The house style of the report pages (the drift report, the study report, the reduced tearsheet): one
+#: place, so the pages read alike; a page adds only its own rules (:func:`page_head`).
+PAGE_STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+              "td,th{border-bottom:1px solid #ddd;padding:3px 10px;text-align:right}img{max-width:100%}")
+
+
+def page_head(title: str, extra_style: str = "") -> str:
+    """A report page up to its ``<body>``: the title (escaped) and :data:`PAGE_STYLE` with the page's own rules.
+
+    >>> page_head("A & B", ".note{color:#a60}").endswith(".note{color:#a60}</style></head><body>")
+    True
+    >>> "<title>A &amp; B</title>" in page_head("A & B")
+    True
+    """
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{PAGE_STYLE}{extra_style}</style></head><body>")

@@ -49,6 +49,7 @@ from backtest import metrics
 from backtest.baselines import comparison_table, factor_verdict
 from backtest.portfolio import DEFAULT_TOP_K
 from backtest.reports.returns import check_daily_returns
+from backtest.reports.tables import page_head
 from backtest.statistics import PERIODS_PER_YEAR
 
 logger = logging.getLogger(__name__)
@@ -408,12 +409,8 @@ def fallback_html(
     first, last = returns.index[0].date(), returns.index[-1].date()
     heading = html.escape(page_heading(title, returns.index))
     block = robustness_html(evidence)
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{heading}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
-td,th{{border-bottom:1px solid #ddd;padding:4px 12px;text-align:right}}td:first-child{{text-align:left}}
-.note{{color:#a60}}</style></head>
-<body><h1>{heading}</h1><p>{first} - {last}, {len(returns)} trading days, benchmark: equal weight</p>
+    return f"""{page_head(page_heading(title, returns.index), "td:first-child{text-align:left}.note{color:#a60}")}
+<h1>{heading}</h1><p>{first} - {last}, {len(returns)} trading days, benchmark: equal weight</p>
 {block}
 {note}
 <h3>Key Performance Metrics</h3>
