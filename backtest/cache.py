@@ -55,6 +55,7 @@ def _size(path: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m backtest.cache {list,clear,compile}``; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m backtest.cache", description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=["list", "clear", "compile"], nargs="?", default="list")
     parser.add_argument("which", choices=["features", "checkpoints", "all"], nargs="?", default="all")

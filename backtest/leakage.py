@@ -90,7 +90,7 @@ class LeakageRecord:
 
     @property
     def leak_guard(self) -> GuardStatus:
-        """This fold's verdict: ``"passed"``, ``"failed"`` or ``"disabled"`` (the purge was off)."""
+        """The fold's verdict: ``"passed"``, ``"failed"`` or ``"disabled"`` (the purge was off)."""
         return leak_guard_status([self])
 
     def to_dict(self) -> dict[str, object]:

@@ -30,7 +30,7 @@ def panel_fingerprint(panel: pd.DataFrame) -> str:
 
 
 def _joined(values: pd.Index | pd.Series, missing: str | None) -> bytes:
-    """``"\\x1f".join`` of ``str(v)`` for every value, UTF-8; a missing value is ``missing`` (None: its
+    r"""``"\\x1f".join`` of ``str(v)`` for every value, UTF-8; a missing value is ``missing`` (None: its
     ``str``, e.g. ``nan``). Strings and categories are converted once per distinct value; a plain object
     column value by value (``1`` and ``1.0`` are one distinct value but two strings)."""
     if values.dtype == object:

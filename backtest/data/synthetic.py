@@ -134,6 +134,8 @@ class MarketTruth:
 
 @dataclass(frozen=True)
 class SyntheticMarket:
+    """A generated market: the panel a backtest reads and the planted truth behind it (never a model input)."""
+
     panel: pd.DataFrame
     truth: MarketTruth
 

@@ -1,4 +1,4 @@
-"""Download Tushare Pro data into the directory layout that ``backtest.data.tushare`` imports.
+r"""Download Tushare Pro data into the directory layout that ``backtest.data.tushare`` imports.
 
 ::
 

@@ -139,6 +139,7 @@ def flatten_config(config: Mapping[str, Any], max_chars: int = MAX_PARAM_VALUE_C
 
 
 def param_text(value: Any) -> str:
+    """A config value as an MLflow param's text: lists as JSON, a mapping (flattened elsewhere) as ``{}``."""
     if isinstance(value, Mapping):
         return "{}"
     if isinstance(value, (list, tuple)):
@@ -155,6 +156,7 @@ def metric_key(key: str) -> str:
 
 
 def cut_text(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, ending with a marker that says how many were cut."""
     if len(text) <= limit:
         return text
     marker = f"...[+{len(text) - limit} chars]"
@@ -162,6 +164,7 @@ def cut_text(text: str, limit: int) -> str:
 
 
 def tag_values(tags: Mapping[str, Any]) -> dict[str, str]:
+    """Tags as MLflow stores them: text, secrets redacted, each cut to MLflow's tag length."""
     out = {}
     for key, value in tags.items():
         text = REDACTED if is_secret_key(str(key)) else redact_uri(param_text(value))

@@ -101,6 +101,7 @@ def serve_team(*, host: str, port: int, pgdata: Path, artifacts: Path, experimen
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m backtest.tracking.team``: the team store until Ctrl-C; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m backtest.tracking.team", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default=UI_HOST, help="interface to listen on (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)

@@ -162,8 +162,8 @@ def process_tree(pid: int) -> list[int]:
 class UiServer:
     """A local ``mlflow server`` on ``uri``; a context manager that stops it (and its children) on exit::
 
-        with UiServer("sqlite:////tmp/x/mlruns.db", port=5123) as server:
-            print(server.url, server.processes())  # http://127.0.0.1:5123 [pid of mlflow server, of uvicorn]
+    with UiServer("sqlite:////tmp/x/mlruns.db", port=5123) as server:
+        print(server.url, server.processes())  # http://127.0.0.1:5123 [pid of mlflow server, of uvicorn]
     """
 
     uri: str
@@ -480,6 +480,7 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m backtest.tracking.ui serve|links``; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m backtest.tracking.ui", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     for name, text in (("serve", "start a local MLflow UI on the store and print its links"),

@@ -205,7 +205,7 @@ def test_bad_synthetic_config_is_a_config_error() -> None:
 
 
 def _fingerprint_value_by_value(panel: pd.DataFrame) -> str:
-    """The fingerprint's definition, one value at a time: the index, then each column's name, kind and
+    r"""The fingerprint's definition, one value at a time: the index, then each column's name, kind and
     values (text joined by \\x1f with \\x00 for a missing value, numbers as their bytes)."""
     h = hashlib.blake2b(digest_size=8)
     h.update(panel.index.get_level_values(0).to_numpy().astype("datetime64[ns]").view("int64").tobytes())
