@@ -480,7 +480,7 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m backtest.tracking.ui serve|links``; returns the exit status."""
+    """``python -m backtest.tracking.ui serve|urls``; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m backtest.tracking.ui", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     for name, text in (("serve", "start a local MLflow UI on the store and print its links"),
