@@ -21,9 +21,10 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(PY) -m backtest $(ARGS)
 
-## Lint (ruff; configured in pyproject.toml).
+## Lint and format check (ruff; configured in pyproject.toml). `ruff format` applies the format.
 lint: $(STAMP)
 	$(PY) -m ruff check backtest models tests benchmarks tools
+	$(PY) -m ruff format --check backtest models tests benchmarks tools
 
 ## Set up the environment, lint, and run the default (fast) test suite with the library's doctests.
 test: lint

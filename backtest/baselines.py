@@ -54,8 +54,16 @@ BASELINES: tuple[str, ...] = ("factor", "linear")
 
 #: The headline metrics logged for each baseline, as ``baseline_<name>_<metric>``.
 BASELINE_METRICS: tuple[str, ...] = (
-    "sharpe", "sharpe_ex_best_month", "ann_return", "max_drawdown", "rank_ic_mean", "rank_ic_se", "icir",
-    "turnover", "sharpe_ci_low", "sharpe_ci_high",
+    "sharpe",
+    "sharpe_ex_best_month",
+    "ann_return",
+    "max_drawdown",
+    "rank_ic_mean",
+    "rank_ic_se",
+    "icir",
+    "turnover",
+    "sharpe_ci_low",
+    "sharpe_ci_high",
 )
 
 #: Ridge penalty of the linear baseline, relative to the mean variance of the centred rank columns
@@ -92,12 +100,14 @@ class RankedPanel:
     def of(cls, matrix: FeatureMatrix, fwd_return: pd.Series, start: int = 0) -> RankedPanel:
         """Rank the rows ``start:`` of ``matrix`` (``start``: the first row of a day)."""
         fwd = fwd_return.reindex(matrix.index).to_numpy(dtype=np.float64)
-        return cls.rank(matrix.values, fwd, matrix.index.get_level_values(0).values, tuple(matrix.names),
-                        start, len(fwd))
+        return cls.rank(
+            matrix.values, fwd, matrix.index.get_level_values(0).values, tuple(matrix.names), start, len(fwd)
+        )
 
     @classmethod
-    def rank(cls, values: np.ndarray, fwd: np.ndarray, dates: np.ndarray, names: tuple[str, ...], start: int,
-             stop: int) -> RankedPanel:
+    def rank(
+        cls, values: np.ndarray, fwd: np.ndarray, dates: np.ndarray, names: tuple[str, ...], start: int, stop: int
+    ) -> RankedPanel:
         """Rank ``values[start:stop]`` (features) and ``fwd[start:stop]`` (the label, aligned) by day."""
         for edge in (start, stop):
             if 0 < edge < len(dates) and dates[edge - 1] == dates[edge]:
@@ -131,12 +141,12 @@ class RankedPanel:
         syy = np.add.reduceat(y * y, starts)
         owner = np.repeat(np.arange(len(starts)), count.astype(int))
         for lo in range(0, self.X.shape[1], 8):  # 8 columns at a time: the float64 temporaries stay small
-            block = self.X[known, lo:lo + 8].astype(np.float64)
+            block = self.X[known, lo : lo + 8].astype(np.float64)
             block -= (np.add.reduceat(block, starts, axis=0) / count[:, None])[owner]
             sxy = np.add.reduceat(block * y[:, None], starts, axis=0)
             sxx = np.add.reduceat(block * block, starts, axis=0)
             with np.errstate(invalid="ignore", divide="ignore"):
-                out[day[starts], lo:lo + 8] = sxy / np.sqrt(sxx * syy[:, None])
+                out[day[starts], lo : lo + 8] = sxy / np.sqrt(sxx * syy[:, None])
         return out
 
 
@@ -178,9 +188,9 @@ class RankedDays:
             cut = int(self.day_starts[min(first + self.BLOCK_DAYS, len(self.day_starts) - 1)])
             block = RankedPanel.rank(self.values, self.fwd, self.dates, self.names, row, min(cut, end))
             ic = block.daily_rank_ic()
-            self.daily_ic[first:first + len(ic)] = ic
+            self.daily_ic[first : first + len(ic)] = ic
             self.ranked_to = row + len(block.y)
-            self.y[row:self.ranked_to] = np.where(self.known[row:self.ranked_to], block.y, np.nan)
+            self.y[row : self.ranked_to] = np.where(self.known[row : self.ranked_to], block.y, np.nan)
             self.blocks.append(block)
 
     def forget_before(self, row: int) -> None:
@@ -250,7 +260,7 @@ class RidgeGram:
     def _sums(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         xx, xy = np.zeros_like(self.xx), np.zeros_like(self.xy)
         for lo in range(0, len(rows), self.CHUNK):  # a chunk at a time: a window's float64 copy is large
-            part = rows[lo:lo + self.CHUNK]
+            part = rows[lo : lo + self.CHUNK]
             x = self.X[part].astype(np.float64)
             xx += x.T @ x
             xy += x.T @ self.y[part].astype(np.float64)
@@ -295,8 +305,9 @@ class Baselines:
     seconds: float
 
 
-def baseline_scores(matrix: FeatureMatrix, labels: Labels,
-                    folds: Sequence[Fold]) -> tuple[dict[str, pd.Series], pd.DataFrame]:
+def baseline_scores(
+    matrix: FeatureMatrix, labels: Labels, folds: Sequence[Fold]
+) -> tuple[dict[str, pd.Series], pd.DataFrame]:
     """Out-of-sample scores of each baseline on the folds' decision dates, and the factor choices.
 
     The ranks are computed fold by fold (:class:`RankedDays`), from the first day a fold trains on:
@@ -335,9 +346,17 @@ def baseline_scores(matrix: FeatureMatrix, labels: Labels,
     return scores, table
 
 
-def run_baselines(panel: pd.DataFrame, matrix: FeatureMatrix, labels: Labels, folds: Sequence[Fold],
-                  portfolio: PortfolioSpec, model: PortfolioResult, model_scores: pd.Series, *,
-                  seed: int = 0) -> Baselines:
+def run_baselines(
+    panel: pd.DataFrame,
+    matrix: FeatureMatrix,
+    labels: Labels,
+    folds: Sequence[Fold],
+    portfolio: PortfolioSpec,
+    model: PortfolioResult,
+    model_scores: pd.Series,
+    *,
+    seed: int = 0,
+) -> Baselines:
     """Score, simulate and measure every baseline; compare the model with the best factor."""
     t0 = time.perf_counter()
     scores, choices = baseline_scores(matrix, labels, folds)
@@ -347,23 +366,45 @@ def run_baselines(panel: pd.DataFrame, matrix: FeatureMatrix, labels: Labels, fo
     for name, s in scores.items():
         result = simulate(s, panel, portfolio)
         fwd = labels.fwd_return.reindex(s.index)
-        values = headline_metrics(result.returns, result.benchmark_returns, result.periods, scores=s, labels=fwd,
-                                  turnover=result.annual_turnover, rng=np.random.default_rng(seed), ic_lags=lags)
+        values = headline_metrics(
+            result.returns,
+            result.benchmark_returns,
+            result.periods,
+            scores=s,
+            labels=fwd,
+            turnover=result.annual_turnover,
+            rng=np.random.default_rng(seed),
+            ic_lags=lags,
+        )
         runs[name] = BaselineRun(name, s, result, values)
         metrics.update({f"baseline_{name}_{k}": values[k] for k in BASELINE_METRICS})
     benchmark = model.benchmark_returns
-    metrics.update(baseline_equal_weight_sharpe=sharpe(benchmark),
-                   baseline_equal_weight_ann_return=ann_return(benchmark),
-                   baseline_equal_weight_sharpe_ex_best_month=sharpe(drop_best_months(benchmark, 1)))
+    metrics.update(
+        baseline_equal_weight_sharpe=sharpe(benchmark),
+        baseline_equal_weight_ann_return=ann_return(benchmark),
+        baseline_equal_weight_sharpe_ex_best_month=sharpe(drop_best_months(benchmark, 1)),
+    )
     metrics.update(model_minus(runs["factor"], model, model_scores, labels, seed=seed, lags=lags, name="factor"))
     seconds = time.perf_counter() - t0
-    log.info("baselines: best factor rank IC %+.4f, linear %+.4f (%.1f s)", metrics["baseline_factor_rank_ic_mean"],
-             metrics["baseline_linear_rank_ic_mean"], seconds)
+    log.info(
+        "baselines: best factor rank IC %+.4f, linear %+.4f (%.1f s)",
+        metrics["baseline_factor_rank_ic_mean"],
+        metrics["baseline_linear_rank_ic_mean"],
+        seconds,
+    )
     return Baselines(runs=runs, choices=choices, metrics=metrics, seconds=seconds)
 
 
-def model_minus(baseline: BaselineRun, model: PortfolioResult, model_scores: pd.Series, labels: Labels, *,
-                seed: int, lags: int, name: str) -> dict[str, float]:
+def model_minus(
+    baseline: BaselineRun,
+    model: PortfolioResult,
+    model_scores: pd.Series,
+    labels: Labels,
+    *,
+    seed: int,
+    lags: int,
+    name: str,
+) -> dict[str, float]:
     """The model's Sharpe and rank IC less the baseline's: the Sharpe difference with its paired
     stationary block-bootstrap 95% interval (the same resampled days for both), the rank IC difference
     (mean of the daily differences) with its Newey-West standard error."""
@@ -378,7 +419,8 @@ def model_minus(baseline: BaselineRun, model: PortfolioResult, model_scores: pd.
     else:
         d = pd.Series(dtype=np.float64)
     return {
-        f"model_minus_{name}_sharpe": diff, f"model_minus_{name}_sharpe_ci_low": low,
+        f"model_minus_{name}_sharpe": diff,
+        f"model_minus_{name}_sharpe_ci_low": low,
         f"model_minus_{name}_sharpe_ci_high": high,
         f"model_minus_{name}_rank_ic": float(d.mean()) if len(d) else float("nan"),
         f"model_minus_{name}_rank_ic_se": hac_standard_error(d, lags),
@@ -404,12 +446,25 @@ def comparison_table(metrics: Mapping[str, float]) -> pd.DataFrame:
     for label, prefix in COMPARISON_ROWS:
         if prefix and f"{prefix}sharpe" not in metrics:
             continue
-        rows.append({"": label, "rank IC": metrics.get(f"{prefix}rank_ic_mean", nan),
-                     "s.e.": metrics.get(f"{prefix}rank_ic_se", nan), "Sharpe": metrics.get(f"{prefix}sharpe", nan),
-                     "Sharpe ex best month": metrics.get(f"{prefix}sharpe_ex_best_month", nan)})
+        rows.append(
+            {
+                "": label,
+                "rank IC": metrics.get(f"{prefix}rank_ic_mean", nan),
+                "s.e.": metrics.get(f"{prefix}rank_ic_se", nan),
+                "Sharpe": metrics.get(f"{prefix}sharpe", nan),
+                "Sharpe ex best month": metrics.get(f"{prefix}sharpe_ex_best_month", nan),
+            }
+        )
     if "oracle_rank_ic" in metrics:
-        rows.append({"": "oracle (planted observable components)", "rank IC": metrics["oracle_rank_ic"],
-                     "s.e.": nan, "Sharpe": nan, "Sharpe ex best month": nan})
+        rows.append(
+            {
+                "": "oracle (planted observable components)",
+                "rank IC": metrics["oracle_rank_ic"],
+                "s.e.": nan,
+                "Sharpe": nan,
+                "Sharpe ex best month": nan,
+            }
+        )
     return pd.DataFrame(rows).set_index("")
 
 
@@ -429,5 +484,7 @@ def factor_verdict(metrics: Mapping[str, float]) -> str:
         word = "no detectable difference from the best factor"
     nan = float("nan")
     sharpe_diff = [metrics.get(f"model_minus_factor_sharpe{s}", nan) for s in ("", "_ci_low", "_ci_high")]
-    return (f"model - best factor: rank IC {d:+.4f} (s.e. {se:.4f}; {word}), Sharpe {sharpe_diff[0]:+.2f} "
-            f"[{sharpe_diff[1]:+.2f}, {sharpe_diff[2]:+.2f}] (paired block bootstrap, 95%)")
+    return (
+        f"model - best factor: rank IC {d:+.4f} (s.e. {se:.4f}; {word}), Sharpe {sharpe_diff[0]:+.2f} "
+        f"[{sharpe_diff[1]:+.2f}, {sharpe_diff[2]:+.2f}] (paired block bootstrap, 95%)"
+    )

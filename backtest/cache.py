@@ -71,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
             entries = features.entries()
             print(f"features ({len(entries)} entries, {sum(e.size_bytes for e in entries) / 2**20:.0f} MiB):")
             for e in entries:
-                print(f"  {e.key}  {e.feature_set:16} {e.n_rows:>9,} x {e.n_features:<4} "
-                      f"{e.size_bytes / 2**20:8.1f} MiB  {e.created:%Y-%m-%d %H:%M}")
+                print(
+                    f"  {e.key}  {e.feature_set:16} {e.n_rows:>9,} x {e.n_features:<4} "
+                    f"{e.size_bytes / 2**20:8.1f} MiB  {e.created:%Y-%m-%d %H:%M}"
+                )
         if args.which in ("checkpoints", "all"):
             runs = sorted(p for p in checkpoints.glob("*") if p.is_dir()) if checkpoints.exists() else []
             print(f"checkpoints ({len(runs)} runs):")

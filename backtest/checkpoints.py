@@ -55,16 +55,32 @@ class FoldOutcome:
     resumed: bool = False
 
 
-def run_key(data_fp: str, feature_fp: str, label: LabelSpec, schedule: RollingSchedule,
-            factory: Callable[[], Ranker], seed: int, code_fp: str) -> str:
+def run_key(
+    data_fp: str,
+    feature_fp: str,
+    label: LabelSpec,
+    schedule: RollingSchedule,
+    factory: Callable[[], Ranker],
+    seed: int,
+    code_fp: str,
+) -> str:
     """The checkpoint folder of a run: everything its folds' outcomes depend on, the code included
     (``code_fp``: :func:`backtest.code_fingerprint.code_fingerprint`), so that changed code never resumes from
     folds that older code computed."""
     probe = factory()
     payload = json.dumps(
-        {"data": data_fp, "features": feature_fp, "label": repr(label), "schedule": repr(schedule),
-         "model": type(probe).__name__, "params": probe.params, "seed": seed, "code": code_fp},
-        sort_keys=True, default=str,
+        {
+            "data": data_fp,
+            "features": feature_fp,
+            "label": repr(label),
+            "schedule": repr(schedule),
+            "model": type(probe).__name__,
+            "params": probe.params,
+            "seed": seed,
+            "code": code_fp,
+        },
+        sort_keys=True,
+        default=str,
     )
     return hashlib.blake2b(payload.encode(), digest_size=10).hexdigest()
 
@@ -96,8 +112,15 @@ class Checkpoints:
 
     def save(self, outcome: FoldOutcome, ranker: Ranker | None = None) -> None:
         """Write the unit of ``outcome`` (with the state of ``ranker`` when given) atomically."""
-        meta = json.dumps({"fold": outcome.fold, "code": self.code_fingerprint, "importance": outcome.importance,
-                           "metrics": outcome.metrics, "checksum_algorithm": CHECKSUM_ALGORITHM})
+        meta = json.dumps(
+            {
+                "fold": outcome.fold,
+                "code": self.code_fingerprint,
+                "importance": outcome.importance,
+                "metrics": outcome.metrics,
+                "checksum_algorithm": CHECKSUM_ALGORITHM,
+            }
+        )
         arrays = {"meta": np.frombuffer(meta.encode(), dtype=np.uint8), "scores": outcome.scores, "rows": outcome.rows}
         if ranker is not None:
             with tempfile.TemporaryDirectory(prefix="ranker-state-") as tmp:
@@ -124,14 +147,20 @@ class Checkpoints:
                     raise CorruptEntryError("it does not match its checksum")
                 meta = json.loads(arrays["meta"].tobytes().decode())
                 if meta["fold"] != fold or meta["code"] != self.code_fingerprint:
-                    raise CorruptEntryError(f"it holds fold {meta['fold']} of code {meta['code']}, expected fold "
-                                            f"{fold} of code {self.code_fingerprint}")
-                model = {name.removeprefix(MODEL_PREFIX): a.tobytes() for name, a in arrays.items()
-                         if name.startswith(MODEL_PREFIX)}
+                    raise CorruptEntryError(
+                        f"it holds fold {meta['fold']} of code {meta['code']}, expected fold "
+                        f"{fold} of code {self.code_fingerprint}"
+                    )
+                model = {
+                    name.removeprefix(MODEL_PREFIX): a.tobytes()
+                    for name, a in arrays.items()
+                    if name.startswith(MODEL_PREFIX)
+                }
                 if self.stateful and not model:
                     raise CorruptEntryError("it holds no model state, which a stateful ranker needs to continue")
-                outcome = FoldOutcome(fold, arrays["scores"], arrays["rows"], meta["importance"], meta["metrics"],
-                                      resumed=True)
+                outcome = FoldOutcome(
+                    fold, arrays["scores"], arrays["rows"], meta["importance"], meta["metrics"], resumed=True
+                )
             except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
                 log.warning("checkpoint %s is corrupt (%s); deleted, its fold will be recomputed", path, exc)
                 path.unlink(missing_ok=True)

@@ -35,9 +35,17 @@ CodeScope = Literal["result", "features"]
 CODE_SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "result": (
         ("backtest", "models"),
-        ("backtest/tracking/", "backtest/reports/", "backtest/cli/", "backtest/record.py", "backtest/cache.py",
-         "backtest/provenance.py", "backtest/code_fingerprint.py", "backtest/__main__.py",
-         "backtest/data/tushare_download.py"),
+        (
+            "backtest/tracking/",
+            "backtest/reports/",
+            "backtest/cli/",
+            "backtest/record.py",
+            "backtest/cache.py",
+            "backtest/provenance.py",
+            "backtest/code_fingerprint.py",
+            "backtest/__main__.py",
+            "backtest/data/tushare_download.py",
+        ),
         ("numpy", "pandas", "scipy", "lightgbm", "torch"),
     ),
     "features": (

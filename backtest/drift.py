@@ -370,8 +370,9 @@ def _window_rows(day: np.ndarray, first: object, last: object, max_rows: int | N
     return lo + evenly_spaced(hi - lo, max_rows)
 
 
-def fold_windows(records: Sequence[Mapping[str, object]] | Sequence[object],
-                 test_dates: pd.DatetimeIndex | Sequence[object]) -> pd.DataFrame:
+def fold_windows(
+    records: Sequence[Mapping[str, object]] | Sequence[object], test_dates: pd.DatetimeIndex | Sequence[object]
+) -> pd.DataFrame:
     """Each fold's reference (training) window and test days.
 
     Parameters
@@ -394,8 +395,15 @@ def fold_windows(records: Sequence[Mapping[str, object]] | Sequence[object],
     for i, row in enumerate(rows):
         after = decisions[i + 1] if i + 1 < len(rows) else None
         days = test[(test >= row["decision_date"]) & ((test < after) if after is not None else True)]
-        out.append({"fold": int(row["fold"]), "train_start": row["train_start"], "train_end": row["train_end"],
-                    "test_start": days[0] if len(days) else pd.NaT, "test_end": days[-1] if len(days) else pd.NaT})
+        out.append(
+            {
+                "fold": int(row["fold"]),
+                "train_start": row["train_start"],
+                "train_end": row["train_end"],
+                "test_start": days[0] if len(days) else pd.NaT,
+                "test_end": days[-1] if len(days) else pd.NaT,
+            }
+        )
     frame = pd.DataFrame(out, columns=["fold", *FOLD_WINDOW_COLUMNS])
     for column in FOLD_WINDOW_COLUMNS:
         frame[column] = pd.to_datetime(frame[column]).astype("datetime64[ns]")
@@ -437,8 +445,12 @@ def read_psi_artifact(path: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
 def _record_fields(record: Mapping[str, object] | object) -> dict[str, object]:
     get = record.get if isinstance(record, Mapping) else lambda key: getattr(record, key)
     try:
-        return {"fold": get("fold"), "decision_date": pd.Timestamp(get("decision_date")),
-                "train_start": pd.Timestamp(get("train_start")), "train_end": pd.Timestamp(get("train_end"))}
+        return {
+            "fold": get("fold"),
+            "decision_date": pd.Timestamp(get("decision_date")),
+            "train_start": pd.Timestamp(get("train_start")),
+            "train_end": pd.Timestamp(get("train_end")),
+        }
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise DataContractError(
             f"fold windows: a leakage record lacks fold / decision_date / train_start / train_end ({exc})."
@@ -577,10 +589,19 @@ def importance_drift(
         if both.sum() >= 3:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", stats.ConstantInputWarning)
-                rho = float(stats.spearmanr(shares.iloc[i - 1].to_numpy()[both],
-                                            shares.iloc[i].to_numpy()[both]).statistic)
-        stability_rows.append((shares.index[i - 1], shares.index[i], rho, int(both.sum()),
-                               int((after & ~before).sum()), int((before & ~after).sum())))
+                rho = float(
+                    stats.spearmanr(shares.iloc[i - 1].to_numpy()[both], shares.iloc[i].to_numpy()[both]).statistic
+                )
+        stability_rows.append(
+            (
+                shares.index[i - 1],
+                shares.index[i],
+                rho,
+                int(both.sum()),
+                int((after & ~before).sum()),
+                int((before & ~after).sum()),
+            )
+        )
     rank_stability = pd.DataFrame(
         stability_rows, columns=["fold_from", "fold_to", "spearman", "n_used", "n_entered", "n_left"]
     )
@@ -598,16 +619,18 @@ def importance_drift(
         }
     )
     rank_changes.index.name = "feature"
-    rank_changes = rank_changes.sort_values(["rank_range", "mean_share"], ascending=[False, False], kind="stable",
-                                            na_position="last")
+    rank_changes = rank_changes.sort_values(
+        ["rank_range", "mean_share"], ascending=[False, False], kind="stable", na_position="last"
+    )
     jumps = importance_jumps(ranks, jump_ranks=jump_ranks, jump_top=jump_top)
     per_step = jumps.groupby("fold_to").size() if len(jumps) else pd.Series(dtype=int)
     rank_stability["n_jumps"] = [int(per_step.get(to, 0)) for to in rank_stability["fold_to"]]
     return ImportanceDrift(shares, ranks, top_by_period, rank_stability, rank_changes, jumps, jump_ranks, jump_top)
 
 
-def importance_jumps(ranks: pd.DataFrame, *, jump_ranks: int = IMPORTANCE_JUMP_RANKS,
-                     jump_top: int = IMPORTANCE_JUMP_TOP) -> pd.DataFrame:
+def importance_jumps(
+    ranks: pd.DataFrame, *, jump_ranks: int = IMPORTANCE_JUMP_RANKS, jump_top: int = IMPORTANCE_JUMP_TOP
+) -> pd.DataFrame:
     """The importance jumps of a rank table (:attr:`ImportanceDrift.ranks`; NaN = unused).
 
     A jump: a feature ranked (used) in two consecutive folds, ``|rank_to - rank_from| >= jump_ranks``,
@@ -623,8 +646,16 @@ def importance_jumps(ranks: pd.DataFrame, *, jump_ranks: int = IMPORTANCE_JUMP_R
         change = after - before  # NaN unless used in both folds
         hit = (change.abs() >= jump_ranks) & (np.minimum(before, after) <= jump_top)
         for feature in change.index[hit.fillna(False).to_numpy(bool)]:
-            rows.append((feature, ranks.index[i - 1], ranks.index[i], float(before[feature]), float(after[feature]),
-                         float(change[feature])))
+            rows.append(
+                (
+                    feature,
+                    ranks.index[i - 1],
+                    ranks.index[i],
+                    float(before[feature]),
+                    float(after[feature]),
+                    float(change[feature]),
+                )
+            )
     return pd.DataFrame(rows, columns=["feature", "fold_from", "fold_to", "rank_from", "rank_to", "rank_change"])
 
 

@@ -103,35 +103,59 @@ class EngineOptions:
 
         n_jobs = self.n_jobs
         if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or not (n_jobs == -1 or n_jobs >= 1):
-            raise ConfigError(f"engine.n_jobs: expected -1 (all cores) or an integer >= 1, received {n_jobs!r}\n"
-                              "  fix: engine.n_jobs=1 (folds in this process) or engine.n_jobs=-1")
+            raise ConfigError(
+                f"engine.n_jobs: expected -1 (all cores) or an integer >= 1, received {n_jobs!r}\n"
+                "  fix: engine.n_jobs=1 (folds in this process) or engine.n_jobs=-1"
+            )
         backends = sorted({*BACKENDS, *EXTERNAL_BACKENDS})
         if self.backend not in backends:
-            raise ConfigError(f"engine.backend: expected one of {', '.join(backends)} (joblib backends registered "
-                              f"in this process), received {self.backend!r}\n  fix: engine.backend=loky")
+            raise ConfigError(
+                f"engine.backend: expected one of {', '.join(backends)} (joblib backends registered "
+                f"in this process), received {self.backend!r}\n  fix: engine.backend=loky"
+            )
         if self.backend == "dask" and not self.scheduler:
             raise ConfigError(
                 "engine.backend=dask runs the folds on a Dask cluster and needs its scheduler's address, received "
                 f"engine.scheduler={self.scheduler!r}\n  fix: engine.backend=dask engine.scheduler=tcp://HOST:8786 "
-                "(README \"Scaling out\" starts one), or engine.backend=loky")
-        if isinstance(self.audit_cutoffs, bool) or not isinstance(self.audit_cutoffs, (int, np.integer)) \
-                or self.audit_cutoffs < 0:
-            raise ConfigError(f"engine.audit_cutoffs: expected an integer >= 0 (0 switches the audit off), received "
-                              f"{self.audit_cutoffs!r}\n  fix: engine.audit_cutoffs=3")
+                '(README "Scaling out" starts one), or engine.backend=loky'
+            )
+        if (
+            isinstance(self.audit_cutoffs, bool)
+            or not isinstance(self.audit_cutoffs, (int, np.integer))
+            or self.audit_cutoffs < 0
+        ):
+            raise ConfigError(
+                f"engine.audit_cutoffs: expected an integer >= 0 (0 switches the audit off), received "
+                f"{self.audit_cutoffs!r}\n  fix: engine.audit_cutoffs=3"
+            )
         for what, directory in (("feature cache", self.feature_cache_dir), ("checkpoint", self.checkpoint_dir)):
             if directory is not None:
                 _check_writable(Path(directory), what)
 
     @classmethod
-    def from_config(cls, *, n_jobs: int, backend: str, scheduler: str | None, feature_cache: bool, checkpoints: bool,
-                    cache_dir: str | None, audit_cutoffs: int) -> EngineOptions:
+    def from_config(
+        cls,
+        *,
+        n_jobs: int,
+        backend: str,
+        scheduler: str | None,
+        feature_cache: bool,
+        checkpoints: bool,
+        cache_dir: str | None,
+        audit_cutoffs: int,
+    ) -> EngineOptions:
         """The options of the ``engine`` config group (its ``_target_``): the caches are switched on or off
         and live under ``cache_dir`` (None: the project's ``.cache``; :func:`backtest.cache.cache_paths`),
         the other keys are the fields of the same name."""
         feature_dir, checkpoint_dir = cache_paths(cache_dir or None)
-        return cls(n_jobs=n_jobs, backend=backend, scheduler=scheduler,
-                   feature_cache_dir=feature_dir if feature_cache else None,
-                   checkpoint_dir=checkpoint_dir if checkpoints else None, audit_cutoffs=audit_cutoffs)
+        return cls(
+            n_jobs=n_jobs,
+            backend=backend,
+            scheduler=scheduler,
+            feature_cache_dir=feature_dir if feature_cache else None,
+            checkpoint_dir=checkpoint_dir if checkpoints else None,
+            audit_cutoffs=audit_cutoffs,
+        )
 
 
 def _check_writable(directory: Path, what: str) -> None:
@@ -195,8 +219,9 @@ class BacktestPlan:
     seconds: float = 0.0  # what making it took (the run's ``plan_s``)
 
 
-def plan_backtest(panel: pd.DataFrame, *, label: LabelSpec, schedule: RollingSchedule,
-                  portfolio: PortfolioSpec) -> BacktestPlan:
+def plan_backtest(
+    panel: pd.DataFrame, *, label: LabelSpec, schedule: RollingSchedule, portfolio: PortfolioSpec
+) -> BacktestPlan:
     """Make the labels and the folds before any expensive work (benchmarks/bench_labels_splits.py times it).
 
     The test period's universe is checked first (:func:`backtest.portfolio.check_universe`). Every fold
@@ -312,8 +337,9 @@ def run_backtest(
     audit = None
     if options.audit_cutoffs > 0:
         t0 = time.perf_counter()
-        audit = audit_features(panel, features, cutoffs=_audit_cutoffs(panel, schedule, options.audit_cutoffs),
-                               registry=registry)
+        audit = audit_features(
+            panel, features, cutoffs=_audit_cutoffs(panel, schedule, options.audit_cutoffs), registry=registry
+        )
         timings["audit_s"] = time.perf_counter() - t0
         if not audit.passed:
             raise FeatureAuditError(
@@ -348,9 +374,7 @@ def run_backtest(
         ckpt = Checkpoints(options.checkpoint_dir / key, code_fingerprint=code_fp, stateful=probe.stateful)
 
     t0 = time.perf_counter()
-    outcomes = list(
-        _run_folds(samples, data, folds, ranker_factory, labels, options, ckpt, on_fold, ndcg)
-    )
+    outcomes = list(_run_folds(samples, data, folds, ranker_factory, labels, options, ckpt, on_fold, ndcg))
     del data, samples
     timings["folds_s"] = time.perf_counter() - t0
     release_freed_memory("folds")  # the binned panel: before the baselines
@@ -366,10 +390,19 @@ def run_backtest(
     fwd = labels.fwd_return.reindex(scores.index)
     rel = labels.target.reindex(scores.index)
     metrics = headline_metrics(
-        result.returns, result.benchmark_returns, result.periods,
-        scores=scores, labels=fwd, relevance=rel, turnover=result.annual_turnover,
-        n_trials=n_trials, trial_sharpe_var=trial_sharpe_var, rng=np.random.default_rng(seed),
-        ndcg_depth=ndcg.depth, ndcg_gain=ndcg.gain, ic_lags=labels.horizon_days - 1,
+        result.returns,
+        result.benchmark_returns,
+        result.periods,
+        scores=scores,
+        labels=fwd,
+        relevance=rel,
+        turnover=result.annual_turnover,
+        n_trials=n_trials,
+        trial_sharpe_var=trial_sharpe_var,
+        rng=np.random.default_rng(seed),
+        ndcg_depth=ndcg.depth,
+        ndcg_gain=ndcg.gain,
+        ic_lags=labels.horizon_days - 1,
     )
     metrics["n_folds"] = float(len(folds))
     # Days on which the book was not the one chosen (blocked trades, stale marks): the summary shows them.
@@ -390,10 +423,22 @@ def run_backtest(
     records = [f.record for f in folds]
     timings["total_s"] = time.perf_counter() - started
     return BacktestResult(
-        scores=scores, portfolio=result, metrics=metrics, fold_metrics=fold_metrics, records=records,
-        importance=importance, audit=audit, labels=labels, features=matrix, feature_names=list(matrix.names),
-        leak_guard=leak_guard_status(records), feature_audit="disabled" if audit is None else audit.status,
-        feature_cache_hit=cache_hit, ndcg_depth=ndcg.depth, code_fingerprint=code_fp, baselines=baselines,
+        scores=scores,
+        portfolio=result,
+        metrics=metrics,
+        fold_metrics=fold_metrics,
+        records=records,
+        importance=importance,
+        audit=audit,
+        labels=labels,
+        features=matrix,
+        feature_names=list(matrix.names),
+        leak_guard=leak_guard_status(records),
+        feature_audit="disabled" if audit is None else audit.status,
+        feature_cache_hit=cache_hit,
+        ndcg_depth=ndcg.depth,
+        code_fingerprint=code_fp,
+        baselines=baselines,
         resumed_folds=sum(o.resumed for o in outcomes),
         resumed_from=",".join(sorted(ckpt.resumed_from)) if ckpt and ckpt.resumed_from else None,
         timings=timings,
@@ -403,8 +448,9 @@ def run_backtest(
 # --- folds ------------------------------------------------------------------------------------------
 
 
-def _fold_sets(samples: RankingData, data: RankingData,
-               fold: Fold) -> tuple[RankingData, RankingData | None, np.ndarray]:
+def _fold_sets(
+    samples: RankingData, data: RankingData, fold: Fold
+) -> tuple[RankingData, RankingData | None, np.ndarray]:
     """Training and validation sets (from the labelled ``samples``) and the prediction rows of ``data``."""
     train_rows, valid_rows, _ = fold_rows(fold, samples.dates)
     predict_rows = fold_rows(fold, data.dates)[2]
@@ -418,8 +464,9 @@ class _Ndcg:
     gain: str | tuple[float, ...]
 
 
-def _fold_metrics(fold: Fold, scores: np.ndarray, rows: np.ndarray, index: pd.MultiIndex, labels: Labels,
-                  seconds: float, ndcg: _Ndcg) -> dict[str, float]:
+def _fold_metrics(
+    fold: Fold, scores: np.ndarray, rows: np.ndarray, index: pd.MultiIndex, labels: Labels, seconds: float, ndcg: _Ndcg
+) -> dict[str, float]:
     s = pd.Series(scores, index=index[rows])
     fwd = labels.fwd_return.reindex(s.index)
     rel = labels.target.reindex(s.index)
@@ -436,8 +483,15 @@ def _fold_metrics(fold: Fold, scores: np.ndarray, rows: np.ndarray, index: pd.Mu
     return out
 
 
-def _fit_predict(ranker: Ranker, samples: RankingData, data: RankingData, fold: Fold, labels: Labels,
-                 index: pd.MultiIndex, ndcg: _Ndcg) -> FoldOutcome:
+def _fit_predict(
+    ranker: Ranker,
+    samples: RankingData,
+    data: RankingData,
+    fold: Fold,
+    labels: Labels,
+    index: pd.MultiIndex,
+    ndcg: _Ndcg,
+) -> FoldOutcome:
     t0 = time.perf_counter()
     train, valid, predict_rows = _fold_sets(samples, data, fold)
     ranker.fit(train, valid)
@@ -453,8 +507,17 @@ def _fit_predict(ranker: Ranker, samples: RankingData, data: RankingData, fold: 
 _WORKER = threading.local()
 
 
-def _stateless_fold(factory: RankerFactory, samples: RankingData, data: RankingData, fold: Fold, labels: Labels,
-                    index: pd.MultiIndex, history_end: np.datetime64, ndcg: _Ndcg, token: str) -> FoldOutcome:
+def _stateless_fold(
+    factory: RankerFactory,
+    samples: RankingData,
+    data: RankingData,
+    fold: Fold,
+    labels: Labels,
+    index: pd.MultiIndex,
+    history_end: np.datetime64,
+    ndcg: _Ndcg,
+    token: str,
+) -> FoldOutcome:
     """One fold of a stateless ranker in a worker. A worker that is handed the same ``samples`` object
     again in one backtest (``token``), as a Dask worker holding the broadcast data is, fits on the ranker
     it prepared for the first of them, as the in-process loop fits every fold on one ranker: a stateless
@@ -489,9 +552,15 @@ def _dask_client(address: str | None):
 
 
 def _run_folds(
-    samples: RankingData, data: RankingData, folds: list[Fold], factory: RankerFactory,
-    labels: Labels, options: EngineOptions, ckpt: Checkpoints | None,
-    on_fold: Callable[[FoldOutcome, int], None] | None, ndcg: _Ndcg,
+    samples: RankingData,
+    data: RankingData,
+    folds: list[Fold],
+    factory: RankerFactory,
+    labels: Labels,
+    options: EngineOptions,
+    ckpt: Checkpoints | None,
+    on_fold: Callable[[FoldOutcome, int], None] | None,
+    ndcg: _Ndcg,
 ) -> Iterator[FoldOutcome]:
     index = pd.MultiIndex.from_arrays([pd.DatetimeIndex(data.dates), data.codes], names=["date", "code"])
     history_end = np.datetime64(folds[0].train_dates[-1], "ns")
@@ -508,8 +577,10 @@ def _run_folds(
         return outcome
 
     if stateful and options.backend == "dask":
-        log.warning("engine.backend=dask: this model is stateful (warm start chains its folds in order), so "
-                    "its folds run in this process, not on the cluster")
+        log.warning(
+            "engine.backend=dask: this model is stateful (warm start chains its folds in order), so "
+            "its folds run in this process, not on the cluster"
+        )
     if stateful or (options.n_jobs == 1 and options.backend != "dask"):
         ranker = probe
         ranker.prepare(samples, history_end=history_end)
@@ -530,14 +601,17 @@ def _run_folds(
     token = uuid.uuid4().hex  # this backtest: a worker prepares its ranker once for it
 
     def run(parallel: Parallel) -> dict[int, FoldOutcome]:
-        computed = parallel(delayed(_stateless_fold)(factory, samples, data, f, labels, index, history_end, ndcg,
-                                                     token) for f in todo)
+        computed = parallel(
+            delayed(_stateless_fold)(factory, samples, data, f, labels, index, history_end, ndcg, token) for f in todo
+        )
         return {o.fold: o for o in map(emit, computed)}
 
     if options.backend == "dask":
         # broadcast to every worker once; joblib's dask backend then passes their futures, not the data
-        with _dask_client(options.scheduler) as client, \
-                parallel_config(backend="dask", client=client, scatter=[samples, data, labels, index]):
+        with (
+            _dask_client(options.scheduler) as client,
+            parallel_config(backend="dask", client=client, scatter=[samples, data, labels, index]),
+        ):
             results = run(Parallel(n_jobs=options.n_jobs, return_as="generator"))
     else:
         results = run(Parallel(n_jobs=options.n_jobs, backend=options.backend, return_as="generator"))
@@ -553,9 +627,12 @@ def _ranking_data(matrix: FeatureMatrix, relevance: pd.Series, processing: str) 
     ``three_class``, float64 for ``raw`` / ``rank`` (reindexing onto the eligible rows has made it
     float).
     """
-    data = RankingData(X=matrix.values, dates=matrix.index.get_level_values(0).values,
-                       codes=np.asarray(matrix.index.get_level_values(1).astype(str)),
-                       feature_names=tuple(matrix.names))
+    data = RankingData(
+        X=matrix.values,
+        dates=matrix.index.get_level_values(0).values,
+        codes=np.asarray(matrix.index.get_level_values(1).astype(str)),
+        feature_names=tuple(matrix.names),
+    )
     labelled = np.flatnonzero(relevance.notna().to_numpy())
     target = relevance.to_numpy(dtype=np.float64)[labelled]
     levels = processing in LEVEL_PROCESSINGS
@@ -563,8 +640,9 @@ def _ranking_data(matrix: FeatureMatrix, relevance: pd.Series, processing: str) 
     return data, samples
 
 
-def _keep_by_gain(matrix: FeatureMatrix, relevance: pd.Series, processing: str, first: Fold, factory: RankerFactory,
-                  k: int) -> FeatureMatrix:
+def _keep_by_gain(
+    matrix: FeatureMatrix, relevance: pd.Series, processing: str, first: Fold, factory: RankerFactory, k: int
+) -> FeatureMatrix:
     """Keep the k features with the most gain in a model trained only before the first decision date.
 
     The model is fit on the first fold's (purged) training and validation sets, so the selection sees

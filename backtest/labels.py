@@ -117,8 +117,7 @@ class LabelSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.price_field, str) or not self.price_field:
             raise ConfigError(
-                f"label.price_field must be a panel price column such as 'open' or 'close'; "
-                f"got {self.price_field!r}."
+                f"label.price_field must be a panel price column such as 'open' or 'close'; got {self.price_field!r}."
             )
         for name in ("entry_offset", "exit_offset", "n_bins"):
             value = getattr(self, name)
@@ -136,9 +135,7 @@ class LabelSpec:
                 f"(next open to the open of t+5)."
             )
         if self.processing not in PROCESSINGS:
-            raise ConfigError(
-                f"label.processing must be one of {', '.join(PROCESSINGS)}; got {self.processing!r}."
-            )
+            raise ConfigError(f"label.processing must be one of {', '.join(PROCESSINGS)}; got {self.processing!r}.")
         if self.n_bins < 2:
             raise ConfigError(f"label.n_bins must be >= 2; got {self.n_bins}.")
 
@@ -211,9 +208,7 @@ class Labels:
         return len(self.fwd_return)
 
 
-def make_labels(
-    panel: pd.DataFrame, spec: LabelSpec | None = None, *, max_excluded_fraction: float = 0.35
-) -> Labels:
+def make_labels(panel: pd.DataFrame, spec: LabelSpec | None = None, *, max_excluded_fraction: float = 0.35) -> Labels:
     """Forward returns, ``label_end`` and the processed target of every eligible sample.
 
     Parameters
@@ -314,8 +309,14 @@ def make_labels(
     )
     log.info(
         "labels: %d samples (%s, %s -> %s of t+%d -> t+%d, %s); excluded %s",
-        len(labels), _span(grid.dates), spec.price_field, spec.price_field, spec.entry_offset,
-        spec.exit_offset, spec.processing, ", ".join(f"{k}={v}" for k, v in excluded.items()),
+        len(labels),
+        _span(grid.dates),
+        spec.price_field,
+        spec.price_field,
+        spec.entry_offset,
+        spec.exit_offset,
+        spec.processing,
+        ", ".join(f"{k}={v}" for k, v in excluded.items()),
     )
     return labels
 
@@ -380,7 +381,9 @@ def _resolve_price_field(panel: pd.DataFrame, spec: LabelSpec) -> LabelSpec:
     if spec.price_field == "open" and "close" in panel.columns:
         log.warning(
             "labels: the panel has no 'open' column; labels use close(t+%d) -> close(t+%d) instead "
-            "(the portfolio also trades at the close on such a panel)", spec.entry_offset, spec.exit_offset,
+            "(the portfolio also trades at the close on such a panel)",
+            spec.entry_offset,
+            spec.exit_offset,
         )
         return replace(spec, price_field="close")
     raise DataContractError(
@@ -390,9 +393,7 @@ def _resolve_price_field(panel: pd.DataFrame, spec: LabelSpec) -> LabelSpec:
     )
 
 
-def _check_exclusion(
-    masks: dict[str, np.ndarray], windowed: np.ndarray, bound: float, grid: WideGrid
-) -> None:
+def _check_exclusion(masks: dict[str, np.ndarray], windowed: np.ndarray, bound: float, grid: WideGrid) -> None:
     """Fail when the entry/exit rule drops more than ``bound`` of the samples that have a window."""
     base = int(windowed.sum())
     lost_mask = masks["not_trading_at_entry"] | masks["not_trading_at_exit"]

@@ -57,6 +57,8 @@ class FoldDates(Protocol):
 
     @property
     def cutoff(self) -> pd.Timestamp: ...
+
+
 GUARD_STATUSES: tuple[str, ...] = ("passed", "failed", "disabled")
 
 _NS = "datetime64[ns]"
@@ -100,8 +102,6 @@ class LeakageRecord:
             out[key] = value.strftime("%Y-%m-%d") if isinstance(value, pd.Timestamp) else value
         out["leak_guard"] = self.leak_guard
         return out
-
-
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -226,7 +226,6 @@ def sample_dates_of(label_end: pd.Series) -> np.ndarray:
     return values
 
 
-
 def check_fold(fold: FoldDates, label_end: pd.Series) -> None:
     """Raise ``LeakageError`` if the fold trains or validates on a label that ends after its cutoff.
 
@@ -254,7 +253,6 @@ def check_fold(fold: FoldDates, label_end: pd.Series) -> None:
             + ". Keep purge=True; a hand-built fold must take training dates with "
             "label_end <= cutoff (and <= valid_cutoff when it has a validation tail)."
         )
-
 
 
 def purge_violations(fold: FoldDates, ends: LabelEnds) -> list[str]:
@@ -292,9 +290,6 @@ def purge_violations(fold: FoldDates, ends: LabelEnds) -> list[str]:
     return problems
 
 
-
 def day_label(value: object) -> str:
     """A trading day as ``YYYY-MM-DD`` (the form every guard message uses)."""
     return pd.Timestamp(value).strftime("%Y-%m-%d")
-
-

@@ -163,9 +163,7 @@ def max_drawdown(returns: pd.Series) -> float:
     return float(min((equity / peak).min() - 1.0, 0.0))
 
 
-def excess_ann_return(
-    strategy: pd.Series, benchmark: pd.Series, periods_per_year: int = PERIODS_PER_YEAR
-) -> float:
+def excess_ann_return(strategy: pd.Series, benchmark: pd.Series, periods_per_year: int = PERIODS_PER_YEAR) -> float:
     """``ann_return(strategy) - ann_return(benchmark)`` (difference of annualised returns)."""
     _paired(strategy, benchmark)
     return ann_return(strategy, periods_per_year) - ann_return(benchmark, periods_per_year)
@@ -264,13 +262,17 @@ def _daily_pearson(frame: pd.DataFrame) -> pd.Series:
     days = frame.index.get_level_values(0)
     grouped = frame.groupby(days)
     centred = frame - grouped.transform("mean")
-    sums = pd.DataFrame(
-        {
-            "xy": centred["score"] * centred["label"],
-            "xx": centred["score"] ** 2,
-            "yy": centred["label"] ** 2,
-        }
-    ).groupby(days).sum()
+    sums = (
+        pd.DataFrame(
+            {
+                "xy": centred["score"] * centred["label"],
+                "xx": centred["score"] ** 2,
+                "yy": centred["label"] ** 2,
+            }
+        )
+        .groupby(days)
+        .sum()
+    )
     constant = (grouped.max() == grouped.min()).any(axis=1) | (grouped.size() < 2)
     ic = sums["xy"] / np.sqrt(sums["xx"] * sums["yy"])
     ic[constant.to_numpy()] = np.nan
@@ -611,9 +613,11 @@ def headline_metrics(
         out["icir"] = icir(scores, labels)
     else:
         out.update(ic_mean=nan, rank_ic_mean=nan, rank_ic_se=nan, icir=nan)
-    out["ndcg"] = (ndcg_at_k(scores, relevance, ndcg_depth, ndcg_gain)
-                   if scores is not None and relevance is not None and _has_pairs(scores, relevance)
-                   else nan)
+    out["ndcg"] = (
+        ndcg_at_k(scores, relevance, ndcg_depth, ndcg_gain)
+        if scores is not None and relevance is not None and _has_pairs(scores, relevance)
+        else nan
+    )
     out["turnover"] = float(turnover) if turnover is not None else nan
     out["psr"] = psr(strategy)
     out["dsr"] = dsr(strategy, n_trials, trial_sharpe_var)

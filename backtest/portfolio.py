@@ -177,9 +177,7 @@ class PortfolioSpec:
             if not (np.isfinite(value) and 0 <= value < 0.1):
                 problems.append(f"{name} must be a fraction of traded value in [0, 0.1), got {value!r}")
         if problems:
-            raise ConfigError(
-                "Invalid portfolio spec (conf/portfolio): " + "; ".join(problems) + ". Fix these keys."
-            )
+            raise ConfigError("Invalid portfolio spec (conf/portfolio): " + "; ".join(problems) + ". Fix these keys.")
 
 
 @dataclass(frozen=True)
@@ -491,8 +489,23 @@ def _rebalance(
         wish = target.copy()
         wish[picks[fixed]] = wished[fixed]
         n_blocked = len(book.blocked)
-        _record(book, market, decision_row, exec_row, flags, spec, ranked, acceptable, len(picks), top_k,
-                holdings, post, wish, locked, cost)
+        _record(
+            book,
+            market,
+            decision_row,
+            exec_row,
+            flags,
+            spec,
+            ranked,
+            acceptable,
+            len(picks),
+            top_k,
+            holdings,
+            post,
+            wish,
+            locked,
+            cost,
+        )
         book.rebalance_blocked.append(len(book.blocked) > n_blocked)
     return post, float(cost)
 
@@ -525,8 +538,16 @@ def _record(
         traded = abs(delta[j])
         item_cost = traded * (rate + (spec.stamp_duty if sell else 0.0))
         book.trades.append(
-            (exec_date, decision_date, codes[j], "sell" if sell else "buy", before[j], post[j] / (1.0 - cost),
-             traded, item_cost)
+            (
+                exec_date,
+                decision_date,
+                codes[j],
+                "sell" if sell else "buy",
+                before[j],
+                post[j] / (1.0 - cost),
+                traded,
+                item_cost,
+            )
         )
     # Ranked names passed over because they could not be bought.
     if top_k is not None and n_picks == top_k:
@@ -548,9 +569,7 @@ def _record(
         book.blocked.append((exec_date, decision_date, codes[j], reason))
 
 
-def _hold(
-    book: _Book, market: _Market, post: np.ndarray, cost: float, start: int, end: int, record: bool
-) -> float:
+def _hold(book: _Book, market: _Market, post: np.ndarray, cost: float, start: int, end: int, record: bool) -> float:
     """Buy and hold ``post`` over return days ``start .. end-1``; return the period's compounded return."""
     cols = np.flatnonzero(post > _EPS)
     values = post[cols]
@@ -602,7 +621,9 @@ def _schedule(score_rows: np.ndarray, dates: pd.DatetimeIndex, every: int) -> li
     if dropped:
         logger.warning(
             "%d rebalance(s) dropped: the panel ends before a full open-to-open return after their "
-            "execution day (decided on %s)", len(dropped), preview(dropped)
+            "execution day (decided on %s)",
+            len(dropped),
+            preview(dropped),
         )
     return out
 
@@ -678,8 +699,12 @@ def check_universe(
         )
     thin = int((per_day <= spec.top_k).sum())
     if thin:
-        logger.warning("%d of %d test days have at most top_k=%d members: the book holds every member then",
-                       thin, len(rows), spec.top_k)
+        logger.warning(
+            "%d of %d test days have at most top_k=%d members: the book holds every member then",
+            thin,
+            len(rows),
+            spec.top_k,
+        )
     return {"median_members": median, "min_members": float(least), "tradable_days": float(tradable_days)}
 
 
@@ -748,9 +773,19 @@ def simulate(scores: pd.Series, panel: pd.DataFrame, spec: PortfolioSpec | None 
             )
             period.append(_hold(book, market, post, cost, start, end, record))
         rows.append(
-            (grid.dates[decision], grid.dates[start], grid.dates[end - 1], end - start, period[0], period[1],
-             strategy.turnover[-1], strategy.costs[-1], benchmark.turnover[-1], benchmark.costs[-1],
-             strategy.n_holdings[-1])
+            (
+                grid.dates[decision],
+                grid.dates[start],
+                grid.dates[end - 1],
+                end - start,
+                period[0],
+                period[1],
+                strategy.turnover[-1],
+                strategy.costs[-1],
+                benchmark.turnover[-1],
+                benchmark.costs[-1],
+                strategy.n_holdings[-1],
+            )
         )
     return _result(strategy, benchmark, rows, schedule, grid, spec)
 
@@ -770,16 +805,25 @@ def _result(
     periods = pd.DataFrame(
         rows,
         columns=[
-            "decision_date", "execution_date", "end_date", "n_days", "strategy", "benchmark", "turnover",
-            "cost", "benchmark_turnover", "benchmark_cost", "n_holdings",
+            "decision_date",
+            "execution_date",
+            "end_date",
+            "n_days",
+            "strategy",
+            "benchmark",
+            "turnover",
+            "cost",
+            "benchmark_turnover",
+            "benchmark_cost",
+            "n_holdings",
         ],
     ).set_index("decision_date")
     excess = periods["strategy"] - periods["benchmark"]
     periods.insert(periods.columns.get_loc("benchmark") + 1, "excess", excess)
     days, cols, weights = (np.concatenate(parts) for parts in zip(*strategy.positions))
-    positions = pd.DataFrame(
-        {"date": grid.dates[days], "code": grid.codes[cols], "weight": weights}
-    ).sort_values(["date", "code"], ignore_index=True)
+    positions = pd.DataFrame({"date": grid.dates[days], "code": grid.codes[cols], "weight": weights}).sort_values(
+        ["date", "code"], ignore_index=True
+    )
     trades = pd.DataFrame(
         strategy.trades,
         columns=["date", "decision_date", "code", "side", "weight_before", "weight_after", "traded", "cost"],
@@ -790,8 +834,12 @@ def _result(
         counts = blocked["reason"].value_counts().to_dict()
         logger.info("blocked trades over %d rebalances: %s", len(schedule), counts)
     if blocked_days.any():
-        logger.info("%d of %d return days hold a book other than the one chosen (blocked trades or stale "
-                       "marks of holdings that do not trade)", int(blocked_days.sum()), len(blocked_days))
+        logger.info(
+            "%d of %d return days hold a book other than the one chosen (blocked trades or stale "
+            "marks of holdings that do not trade)",
+            int(blocked_days.sum()),
+            len(blocked_days),
+        )
     turnover = pd.Series(periods["turnover"].to_numpy(), index=periods.index, name="turnover")
     return PortfolioResult(
         returns=returns,

@@ -75,9 +75,7 @@ def git_state(project_dir: Path | str) -> tuple[str, str]:
     """
 
     def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", *args], cwd=project_dir, capture_output=True, text=True, timeout=20, check=True
-        )
+        done = subprocess.run(["git", *args], cwd=project_dir, capture_output=True, text=True, timeout=20, check=True)
         return done.stdout
 
     try:

@@ -98,8 +98,9 @@ class RunIdentity:
     def open(self, tracker: Tracker) -> Iterator[TrackedRun]:
         """A run of ``tracker`` with this name, tags and config; it ends FINISHED, or FAILED / KILLED with the
         reason (:meth:`backtest.tracking.Tracker.start_run`)."""
-        with tracker.start_run(self.name, parent_run_id=self.parent_run_id, study=self.study,
-                               n_trials=self.n_trials, tags=self.tags) as run:
+        with tracker.start_run(
+            self.name, parent_run_id=self.parent_run_id, study=self.study, n_trials=self.n_trials, tags=self.tags
+        ) as run:
             run.log_config(self.config)
             yield run
 
@@ -113,9 +114,16 @@ class RecordedRun:
     store_uri: str
 
 
-def record_run(tracker: Tracker, run: TrackedRun, result: BacktestResult, identity: RunIdentity, *,
-               reports: ReportChoice, fallback: str | None = None,
-               lost: StoreUnavailableError | None = None) -> RecordedRun:
+def record_run(
+    tracker: Tracker,
+    run: TrackedRun,
+    result: BacktestResult,
+    identity: RunIdentity,
+    *,
+    reports: ReportChoice,
+    fallback: str | None = None,
+    lost: StoreUnavailableError | None = None,
+) -> RecordedRun:
     """Record ``result`` with its provenance in ``run`` (opened by ``identity.open(tracker)``), or, when the
     store stops answering, the whole run in the fallback store; returns where it went.
 
@@ -136,8 +144,11 @@ def record_run(tracker: Tracker, run: TrackedRun, result: BacktestResult, identi
     if identity.sweep_job and "dsr" in result.metrics:  # the study-wide dsr is logged when the sweep ends
         result.metrics["dsr_provisional"] = result.metrics.pop("dsr")
     provenance = Provenance(
-        data_fingerprint=identity.data_fingerprint, feature_fingerprint=result.features.fingerprint,
-        leak_guard=result.leak_guard, feature_audit=result.feature_audit, leak_demo=identity.leak_demo,
+        data_fingerprint=identity.data_fingerprint,
+        feature_fingerprint=result.features.fingerprint,
+        leak_guard=result.leak_guard,
+        feature_audit=result.feature_audit,
+        leak_demo=identity.leak_demo,
         code_fingerprint=result.code_fingerprint,
     )
     try:
@@ -150,16 +161,28 @@ def record_run(tracker: Tracker, run: TrackedRun, result: BacktestResult, identi
     except StoreUnavailableError as exc:
         # The server is gone: the whole run goes to the local fallback store, to be synced later.
         local = Tracker(fallback or fallback_uri(tracker.project_dir), tracker.experiment, tracker.project_dir)
-        pending = replace(identity, parent_run_id=None, tags={
-            **identity.tags, "pending_sync": "true", "fallback_for": redact_uri(tracker.uri),
-            "superseded_run": run.run_id,
-        })
+        pending = replace(
+            identity,
+            parent_run_id=None,
+            tags={
+                **identity.tags,
+                "pending_sync": "true",
+                "fallback_for": redact_uri(tracker.uri),
+                "superseded_run": run.run_id,
+            },
+        )
         with pending.open(local) as copy:
             record_backtest(copy, result, provenance=provenance, title=identity.name, reports=reports)
             recorded = RecordedRun(copy.run_id, copy.artifact_uri, local.uri)
-        log.warning("the tracking store %s stopped answering (%s): the run was recorded in the fallback store "
-                    "%s as %s. When the server is back: python -m backtest.tracking sync --to %s",
-                    redact_uri(tracker.uri), exc, local.uri, recorded.run_id, redact_uri(tracker.uri))
+        log.warning(
+            "the tracking store %s stopped answering (%s): the run was recorded in the fallback store "
+            "%s as %s. When the server is back: python -m backtest.tracking sync --to %s",
+            redact_uri(tracker.uri),
+            exc,
+            local.uri,
+            recorded.run_id,
+            redact_uri(tracker.uri),
+        )
         run.end("FAILED", error=f"the store stopped answering; recorded in the fallback store as {recorded.run_id}")
         return recorded
 
@@ -171,8 +194,15 @@ def record_guard_failure(run: TrackedRun, exc: LeakageError | FeatureAuditError,
     run.set_tags({guard: "failed", "data_fingerprint": data_fingerprint})
 
 
-def record_backtest(run: TrackedRun, result: BacktestResult, *, provenance: Provenance, title: str,
-                    reports: ReportChoice, fold_metrics: bool = True) -> None:
+def record_backtest(
+    run: TrackedRun,
+    result: BacktestResult,
+    *,
+    provenance: Provenance,
+    title: str,
+    reports: ReportChoice,
+    fold_metrics: bool = True,
+) -> None:
     """Log ``result`` to ``run``: metrics, artifacts, reports, then the provenance and guard tags.
 
     ``fold_metrics=False`` skips the per-fold metrics (already logged as the folds finished).
@@ -201,11 +231,18 @@ def record_backtest(run: TrackedRun, result: BacktestResult, *, provenance: Prov
         run.log_json({"passed": result.audit.passed, "summary": result.audit.summary()}, ARTIFACTS.feature_audit)
     with tempfile.TemporaryDirectory(prefix="rankbacktest-reports-") as tmp:
         write_backtest_reports(
-            tmp, p.returns, p.benchmark_returns, title=title, importance=importance_by_decision(result),
-            value_drift=value_drift(result) if reports.drift_report else None, fold_psi=psi,
+            tmp,
+            p.returns,
+            p.benchmark_returns,
+            title=title,
+            importance=importance_by_decision(result),
+            value_drift=value_drift(result) if reports.drift_report else None,
+            fold_psi=psi,
             evidence=run_evidence(result, run_name=title, run_id=run.run_id),
             drift_run=DriftRun(run_name=title, run_id=run.run_id, windows=windows),
-            tearsheet=reports.tearsheet, plots=reports.plots, drift_report=reports.drift_report,
+            tearsheet=reports.tearsheet,
+            plots=reports.plots,
+            drift_report=reports.drift_report,
         )
         run.log_artifact(tmp, ARTIFACTS.reports)
         run.log_compare_images(compare_images(result, tmp if reports.plots else None, Path(tmp) / "compare"))
@@ -225,17 +262,22 @@ def compare_images(result: BacktestResult, reports_dir: Path | str | None, direc
     ``directory``."""
     images = {name: Path(reports_dir) / REPORT_FILES[name] for name in ("equity", "drawdown")} if reports_dir else {}
     if "rank_ic" in result.fold_metrics.columns:
-        images["fold_rank_ic"] = plot_fold_metric(result.fold_metrics, "rank_ic",
-                                                  Path(directory) / COMPARE_IMAGES["fold_rank_ic"])
+        images["fold_rank_ic"] = plot_fold_metric(
+            result.fold_metrics, "rank_ic", Path(directory) / COMPARE_IMAGES["fold_rank_ic"]
+        )
     return images
 
 
 def run_evidence(result: BacktestResult, *, run_name: str | None = None, run_id: str | None = None) -> RunEvidence:
     """The tearsheet's robustness block: the engine's headline metrics and guard verdicts as they are."""
     return RunEvidence(
-        metrics=dict(result.metrics), leak_guard=result.leak_guard, feature_audit=result.feature_audit,
-        comparable=is_comparable(result.leak_guard, result.feature_audit), ndcg_depth=result.ndcg_depth,
-        run_name=run_name, run_id=run_id,
+        metrics=dict(result.metrics),
+        leak_guard=result.leak_guard,
+        feature_audit=result.feature_audit,
+        comparable=is_comparable(result.leak_guard, result.feature_audit),
+        ndcg_depth=result.ndcg_depth,
+        run_name=run_name,
+        run_id=run_id,
     )
 
 
@@ -244,14 +286,16 @@ def fold_windows(result: BacktestResult) -> pd.DataFrame:
     return windows_of_folds(result.records, result.scores.index.get_level_values(0).unique())
 
 
-def fold_psi(result: BacktestResult, windows: pd.DataFrame | None = None,
-             max_rows: int | None = PSI_MAX_ROWS) -> pd.DataFrame:
+def fold_psi(
+    result: BacktestResult, windows: pd.DataFrame | None = None, max_rows: int | None = PSI_MAX_ROWS
+) -> pd.DataFrame:
     """Fold x feature PSI: each fold's test days against its training window, at most ``max_rows``
     evenly spaced rows a side (:func:`backtest.drift.psi_by_fold`)."""
     windows = fold_windows(result) if windows is None else windows
     matrix = result.features
-    return psi_by_fold(matrix.values, matrix.index.get_level_values(0), windows, result.feature_names,
-                       max_rows=max_rows)
+    return psi_by_fold(
+        matrix.values, matrix.index.get_level_values(0), windows, result.feature_names, max_rows=max_rows
+    )
 
 
 def importance_by_decision(result: BacktestResult) -> pd.DataFrame | None:

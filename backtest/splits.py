@@ -261,7 +261,8 @@ class RollingSchedule:
                 log.warning(
                     "rolling schedule: with valid_days=%d the leaky labels fall in the validation tail, "
                     "where they only steer early stopping; valid_days=0 trains on them, as the original "
-                    "research did (experiment=leak_demo)", self.valid_days,
+                    "research did (experiment=leak_demo)",
+                    self.valid_days,
                 )
         cal = calendar.values.astype(_NS)
         horizon = int((cal.searchsorted(ends.end) - pos).max())  # trading days from sample to label_end
@@ -270,8 +271,15 @@ class RollingSchedule:
         log.info(
             "rolling schedule: %d folds, decisions %s, %s window %d + valid %d, embargo %d, label_end up "
             "to %d trading days after the sample date, purge %s%s",
-            len(folds), _span(test), self.window, self.train_window, self.valid_days, self.embargo,
-            horizon, "on" if self.purge else "OFF", f", {n_leaky} leaky folds" if n_leaky else "",
+            len(folds),
+            _span(test),
+            self.window,
+            self.train_window,
+            self.valid_days,
+            self.embargo,
+            horizon,
+            "on" if self.purge else "OFF",
+            f", {n_leaky} leaky folds" if n_leaky else "",
         )
         return folds
 

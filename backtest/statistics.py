@@ -55,8 +55,7 @@ def returns_values(returns: pd.Series, name: str = "returns") -> np.ndarray:
     """
     if not isinstance(returns, pd.Series):
         raise DataContractError(
-            f"{name} must be a pandas Series of daily returns indexed by date; received "
-            f"{type(returns).__name__}."
+            f"{name} must be a pandas Series of daily returns indexed by date; received {type(returns).__name__}."
         )
     values = returns.to_numpy(np.float64)
     bad = ~np.isfinite(values)
@@ -284,9 +283,7 @@ def paired_sharpe_difference(
     if not np.isfinite(difference):
         return nan, nan, nan
     idx = stationary_bootstrap_indices(len(returns), n_boot, rng, block_length)
-    diffs = _resampled_sharpe(returns.to_numpy(np.float64)[idx]) - _resampled_sharpe(
-        baseline.to_numpy(np.float64)[idx]
-    )
+    diffs = _resampled_sharpe(returns.to_numpy(np.float64)[idx]) - _resampled_sharpe(baseline.to_numpy(np.float64)[idx])
     if not np.isfinite(diffs).any():
         return float(difference), nan, nan
     tail = (1.0 - confidence) / 2.0 * 100.0

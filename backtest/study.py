@@ -42,9 +42,15 @@ from backtest.tracking import ARTIFACTS, TrackedRun, Tracker, git_state
 log = logging.getLogger(__name__)
 
 #: Columns of the study table printed at the end of a sweep (from the study report's trials table).
-STUDY_TABLE = {"sharpe": "Sharpe", "sharpe_ci_low": "CI low", "sharpe_ci_high": "CI high",
-               "sharpe_ex_best_month": "ex best month", "rank_ic_mean": "rank IC", "dsr": "DSR",
-               "diff_vs_baseline": "vs baseline"}
+STUDY_TABLE = {
+    "sharpe": "Sharpe",
+    "sharpe_ci_low": "CI low",
+    "sharpe_ci_high": "CI high",
+    "sharpe_ex_best_month": "ex best month",
+    "rank_ic_mean": "rank IC",
+    "dsr": "DSR",
+    "diff_vs_baseline": "vs baseline",
+}
 #: Per-run metrics a study report reads from each trial besides its daily returns.
 DEFAULT_PBO_BLOCKS = 16
 
@@ -97,9 +103,18 @@ def open_sweep(tracker: Tracker, sweep: Sweep) -> TrackedRun:
     """Open the parent run of a sweep (ended by :func:`close_sweep`); it records how it was launched."""
     commit, dirty = git_state(PROJECT_DIR)
     parent = tracker.create_run(
-        f"{sweep.study} ({sweep.n_trials} trials)", study=sweep.study, n_trials=sweep.n_trials, kind="sweep",
-        tags={"command": sweep.command, "overrides": " ".join(sweep.overrides), "swept": ",".join(sweep.swept),
-              "git_commit": commit, "git_dirty": dirty, "mlflow.note.content": sweep.description},
+        f"{sweep.study} ({sweep.n_trials} trials)",
+        study=sweep.study,
+        n_trials=sweep.n_trials,
+        kind="sweep",
+        tags={
+            "command": sweep.command,
+            "overrides": " ".join(sweep.overrides),
+            "swept": ",".join(sweep.swept),
+            "git_commit": commit,
+            "git_dirty": dirty,
+            "mlflow.note.content": sweep.description,
+        },
     )
     parent.log_json({**asdict(sweep), "git_commit": commit, "git_dirty": dirty}, ARTIFACTS.study_sweep)
     log.info("study %s: %d trials under parent run %s", sweep.study, sweep.n_trials, parent.run_id)
@@ -128,14 +143,16 @@ def study_trials(tracker: Tracker, study: str) -> tuple[pd.DataFrame, int]:
     n_configs = int(pd.Series(key).nunique())
     finished = runs[runs["status"] == "FINISHED"]
     finished = finished.loc[~pd.Series(key, index=runs.index)[finished.index].duplicated(keep="last")]
-    order = pd.to_numeric(finished.get("tags.trial_num", pd.Series(index=finished.index, dtype=float)),
-                          errors="coerce").fillna(1e9)
+    order = pd.to_numeric(
+        finished.get("tags.trial_num", pd.Series(index=finished.index, dtype=float)), errors="coerce"
+    ).fillna(1e9)
     finished = finished.assign(_order=order).sort_values(["_order", "start_time"], kind="stable").drop(columns="_order")
     return finished, n_configs
 
 
-def build_report(tracker: Tracker, study: str, *, n_trials: int = 0, pbo_blocks: int = DEFAULT_PBO_BLOCKS,
-                 description: str = ""):  # -> tuple[StudyReport, pd.DataFrame]
+def build_report(
+    tracker: Tracker, study: str, *, n_trials: int = 0, pbo_blocks: int = DEFAULT_PBO_BLOCKS, description: str = ""
+):  # -> tuple[StudyReport, pd.DataFrame]
     """The study report of ``study`` from the store, and its trials (one row per finished run, indexed
     by run id, with the trial label in column ``trial``).
 
@@ -147,8 +164,10 @@ def build_report(tracker: Tracker, study: str, *, n_trials: int = 0, pbo_blocks:
 
     runs, n_configs = study_trials(tracker, study)
     if not len(runs):
-        raise TrackingError(f"study {study!r} has no finished run in {tracker}. Fix: run it (python -m backtest "
-                            f"-m +study={study}) or pick a name from `python -m backtest.study list`")
+        raise TrackingError(
+            f"study {study!r} has no finished run in {tracker}. Fix: run it (python -m backtest "
+            f"-m +study={study}) or pick a name from `python -m backtest.study list`"
+        )
     labels = _trial_labels(runs)
     strategy, benchmarks = {}, {}
     for run_id, label in labels.items():
@@ -157,17 +176,27 @@ def build_report(tracker: Tracker, study: str, *, n_trials: int = 0, pbo_blocks:
     returns = pd.DataFrame(strategy)
     benchmark = benchmarks[labels.iloc[0]]
     varied = [c for c in runs.columns if c.startswith("params.") and runs[c].nunique(dropna=False) > 1]
-    trial_metrics = pd.DataFrame({
-        **{k: runs.get(f"metrics.{k}", pd.Series(float("nan"), index=runs.index)) for k in TRIAL_RUN_METRICS},
-        **{c.removeprefix("params."): runs[c] for c in varied},
-        "comparable": runs.get("tags.comparable", pd.Series("", index=runs.index)),
-        "minutes": (runs["end_time"] - runs["start_time"]).dt.total_seconds() / 60,  # wall time of the run
-        "resumed_folds": pd.to_numeric(runs.get("tags.resumed_folds", pd.Series(index=runs.index, dtype=float)),
-                                       errors="coerce"),  # folds read from checkpoints, not computed
-    }).set_axis(labels.to_numpy())
+    trial_metrics = pd.DataFrame(
+        {
+            **{k: runs.get(f"metrics.{k}", pd.Series(float("nan"), index=runs.index)) for k in TRIAL_RUN_METRICS},
+            **{c.removeprefix("params."): runs[c] for c in varied},
+            "comparable": runs.get("tags.comparable", pd.Series("", index=runs.index)),
+            "minutes": (runs["end_time"] - runs["start_time"]).dt.total_seconds() / 60,  # wall time of the run
+            "resumed_folds": pd.to_numeric(
+                runs.get("tags.resumed_folds", pd.Series(index=runs.index, dtype=float)), errors="coerce"
+            ),  # folds read from checkpoints, not computed
+        }
+    ).set_axis(labels.to_numpy())
     title = f"Study {study}" + (f": {description}" if description else "")
-    report = build_study_report(returns, benchmark, title=title, trial_metrics=trial_metrics,
-                                n_trials=max(n_trials, n_configs), baseline=labels.iloc[0], n_blocks=pbo_blocks)
+    report = build_study_report(
+        returns,
+        benchmark,
+        title=title,
+        trial_metrics=trial_metrics,
+        n_trials=max(n_trials, n_configs),
+        baseline=labels.iloc[0],
+        n_blocks=pbo_blocks,
+    )
     return report, runs.assign(trial=labels)
 
 
@@ -179,8 +208,9 @@ def _trial_labels(runs: pd.DataFrame) -> pd.Series:
     return labels.where(~duplicated, labels + " [" + pd.Series(runs.index, index=runs.index).str[:8] + "]")
 
 
-def record_report(tracker: Tracker, parent: TrackedRun | None, report, runs: pd.DataFrame,
-                  out: Path | str | None = None) -> list[Path]:
+def record_report(
+    tracker: Tracker, parent: TrackedRun | None, report, runs: pd.DataFrame, out: Path | str | None = None
+) -> list[Path]:
     """Log the study-wide ``dsr`` on every trial, the report at the root of ``parent`` (with ``pbo``,
     ``n_trials``, ``trial_sharpe_var``, ``expected_max_sharpe``) and, with ``out``, write it there too."""
     from backtest.reports.study import write_study_report
@@ -194,8 +224,13 @@ def record_report(tracker: Tracker, parent: TrackedRun | None, report, runs: pd.
         written = write_study_report(out, report)
     if parent is not None:
         fingerprints = sorted(set(runs.get("tags.data_fingerprint", pd.Series(dtype=object)).dropna()))
-        parent.set_tags({"data_fingerprint": fingerprints[0] if len(fingerprints) == 1 else "varies: "
-                         + ",".join(fingerprints), "trials": ",".join(runs.index), "baseline": report.baseline})
+        parent.set_tags(
+            {
+                "data_fingerprint": fingerprints[0] if len(fingerprints) == 1 else "varies: " + ",".join(fingerprints),
+                "trials": ",".join(runs.index),
+                "baseline": report.baseline,
+            }
+        )
         parent.log_metrics({k: v for k, v in study_metrics(report).items() if pd.notna(v)})
         with tempfile.TemporaryDirectory(prefix="rankbacktest-study-") as tmp:
             write_study_report(tmp, report)
@@ -205,8 +240,12 @@ def record_report(tracker: Tracker, parent: TrackedRun | None, report, runs: pd.
 
 def study_metrics(report) -> dict[str, float]:
     """The parent run's metrics: ``pbo``, ``n_trials``, ``trial_sharpe_var``, ``expected_max_sharpe``."""
-    return {"pbo": report.pbo.pbo if report.pbo is not None else float("nan"), "n_trials": float(report.n_trials),
-            "trial_sharpe_var": report.trial_sharpe_var, "expected_max_sharpe": report.expected_max_sharpe}
+    return {
+        "pbo": report.pbo.pbo if report.pbo is not None else float("nan"),
+        "n_trials": float(report.n_trials),
+        "trial_sharpe_var": report.trial_sharpe_var,
+        "expected_max_sharpe": report.expected_max_sharpe,
+    }
 
 
 def study_table(study: str, report) -> str:
@@ -214,12 +253,19 @@ def study_table(study: str, report) -> str:
     trials = report.trials
     shown = trials[[c for c in STUDY_TABLE if c in trials.columns]].rename(columns=STUDY_TABLE)
     shown.insert(0, "trial", trials.index)
-    pbo = (f"PBO {report.pbo.pbo:.2f} ({report.pbo.n_blocks} blocks, {report.pbo.n_combinations} splits)"
-           if report.pbo is not None else "PBO: needs 2 trials")
+    pbo = (
+        f"PBO {report.pbo.pbo:.2f} ({report.pbo.n_blocks} blocks, {report.pbo.n_combinations} splits)"
+        if report.pbo is not None
+        else "PBO: needs 2 trials"
+    )
     verdicts = [f"  {name}: {verdict}" for name, verdict in trials["verdict"].items()] if "verdict" in trials else []
-    return (f"\nstudy {study}: {report.n_trials} trials, baseline {report.baseline}; DSR against the best of "
-            f"them (expected max Sharpe {report.expected_max_sharpe:+.2f}); {pbo}\n"
-            + shown.to_string(index=False, float_format=lambda v: f"{v:+.3f}") + "\n" + "\n".join(verdicts))
+    return (
+        f"\nstudy {study}: {report.n_trials} trials, baseline {report.baseline}; DSR against the best of "
+        f"them (expected max Sharpe {report.expected_max_sharpe:+.2f}); {pbo}\n"
+        + shown.to_string(index=False, float_format=lambda v: f"{v:+.3f}")
+        + "\n"
+        + "\n".join(verdicts)
+    )
 
 
 def close_sweep(tracker: Tracker, parent: TrackedRun, sweep: Sweep) -> str:
@@ -227,13 +273,18 @@ def close_sweep(tracker: Tracker, parent: TrackedRun, sweep: Sweep) -> str:
     trial, end the parent; return the study table as text ("" when no report could be built: the
     jobs' own results stand, and ``python -m backtest.study report`` can build it later)."""
     try:
-        report, runs = build_report(tracker, sweep.study, n_trials=sweep.n_trials, pbo_blocks=sweep.pbo_blocks,
-                                    description=sweep.description)
+        report, runs = build_report(
+            tracker, sweep.study, n_trials=sweep.n_trials, pbo_blocks=sweep.pbo_blocks, description=sweep.description
+        )
         record_report(tracker, parent, report, runs)
         return study_table(sweep.study, report)
     except BacktestError as exc:
-        log.warning("study %s: no study report (%s); python -m backtest.study report %s builds it later",
-                    sweep.study, exc, sweep.study)
+        log.warning(
+            "study %s: no study report (%s); python -m backtest.study report %s builds it later",
+            sweep.study,
+            exc,
+            sweep.study,
+        )
         return ""
     finally:
         parent.end()
@@ -249,16 +300,22 @@ def list_studies(tracker: Tracker) -> pd.DataFrame:
         runs, n_configs = study_trials(tracker, study)
         sharpe = runs.get("metrics.sharpe", pd.Series(dtype=float))
         best = sharpe.idxmax() if sharpe.notna().any() else None
-        rows.append({
-            "study": study, "parent_run": latest.name, "started": latest["start_time"].strftime("%Y-%m-%d %H:%M"),
-            "status": latest["status"], "trials": f"{len(runs)}/{n_configs}",
-            "best": _trial_labels(runs)[best] if best is not None else "",
-            "best_sharpe": runs.loc[best, "metrics.sharpe"] if best is not None else float("nan"),
-            "best_dsr": runs.loc[best].get("metrics.dsr", float("nan")) if best is not None else float("nan"),
-            "pbo": latest.get("metrics.pbo", float("nan")),
-        })
-    return pd.DataFrame(rows, columns=["study", "parent_run", "started", "status", "trials", "best", "best_sharpe",
-                                       "best_dsr", "pbo"])
+        rows.append(
+            {
+                "study": study,
+                "parent_run": latest.name,
+                "started": latest["start_time"].strftime("%Y-%m-%d %H:%M"),
+                "status": latest["status"],
+                "trials": f"{len(runs)}/{n_configs}",
+                "best": _trial_labels(runs)[best] if best is not None else "",
+                "best_sharpe": runs.loc[best, "metrics.sharpe"] if best is not None else float("nan"),
+                "best_dsr": runs.loc[best].get("metrics.dsr", float("nan")) if best is not None else float("nan"),
+                "pbo": latest.get("metrics.pbo", float("nan")),
+            }
+        )
+    return pd.DataFrame(
+        rows, columns=["study", "parent_run", "started", "status", "trials", "best", "best_sharpe", "best_dsr", "pbo"]
+    )
 
 
 def report_study(tracker: Tracker, study: str, out: Path | str | None, *, log_to_store: bool = True) -> list[Path]:
@@ -267,9 +324,13 @@ def report_study(tracker: Tracker, study: str, out: Path | str | None, *, log_to
     parents = tracker.study_runs(study, kind="sweep")
     parent = tracker.attach(parents.index[-1]) if log_to_store and len(parents) else None
     sweep = _launched(parent)
-    report, runs = build_report(tracker, study, n_trials=sweep.get("n_trials", 0),
-                                pbo_blocks=sweep.get("pbo_blocks", DEFAULT_PBO_BLOCKS),
-                                description=sweep.get("description", ""))
+    report, runs = build_report(
+        tracker,
+        study,
+        n_trials=sweep.get("n_trials", 0),
+        pbo_blocks=sweep.get("pbo_blocks", DEFAULT_PBO_BLOCKS),
+        description=sweep.get("description", ""),
+    )
     written = record_report(tracker, parent if log_to_store else None, report, runs, out)
     print(study_table(study, report))
     return written
@@ -287,10 +348,18 @@ def _launched(parent: TrackedRun | None) -> dict:
 
 
 #: Columns of the research-log digest (:func:`digest`): the study report's trials table, shown as text.
-DIGEST_COLUMNS = {"sharpe": "Sharpe", "sharpe_ci": "95% CI", "sharpe_ex_best_month": "ex best month",
-                  "cum_return": "cum. return", "rank_ic_mean": "rank IC (s.e.)", "factor_ic": "best factor IC",
-                  "dsr": "DSR", "diff": "vs baseline [95% CI]",
-                  "verdict": "verdict", "minutes": "min"}
+DIGEST_COLUMNS = {
+    "sharpe": "Sharpe",
+    "sharpe_ci": "95% CI",
+    "sharpe_ex_best_month": "ex best month",
+    "cum_return": "cum. return",
+    "rank_ic_mean": "rank IC (s.e.)",
+    "factor_ic": "best factor IC",
+    "dsr": "DSR",
+    "diff": "vs baseline [95% CI]",
+    "verdict": "verdict",
+    "minutes": "min",
+}
 
 
 def digest(directory: Path | str) -> str:
@@ -311,31 +380,38 @@ def digest(directory: Path | str) -> str:
         trials = pd.read_csv(folder / STUDY_REPORT_FILES["trials"], index_col=0)
         for name, row in trials.iterrows():
             cells = {
-                "sharpe": f"{row.sharpe:+.2f}", "sharpe_ci": f"[{row.sharpe_ci_low:+.2f}, {row.sharpe_ci_high:+.2f}]",
+                "sharpe": f"{row.sharpe:+.2f}",
+                "sharpe_ci": f"[{row.sharpe_ci_low:+.2f}, {row.sharpe_ci_high:+.2f}]",
                 "sharpe_ex_best_month": f"{row.sharpe_ex_best_month:+.2f}",
                 "cum_return": f"{(1 + row.ann_return) ** (summary['n_days'] / 252) - 1:+.1%}",
-                "rank_ic_mean": f"{row.rank_ic_mean:+.4f}" + (f" ({row.rank_ic_se:.4f})" if pd.notna(
-                    row.get("rank_ic_se")) else ""),
-                "factor_ic": f"{row.baseline_factor_rank_ic_mean:+.4f}" if pd.notna(
-                    row.get("baseline_factor_rank_ic_mean")) else "",
+                "rank_ic_mean": f"{row.rank_ic_mean:+.4f}"
+                + (f" ({row.rank_ic_se:.4f})" if pd.notna(row.get("rank_ic_se")) else ""),
+                "factor_ic": f"{row.baseline_factor_rank_ic_mean:+.4f}"
+                if pd.notna(row.get("baseline_factor_rank_ic_mean"))
+                else "",
                 "dsr": f"{row.dsr:.2f}",
-                "diff": "baseline" if name == summary["baseline"] else
-                        f"{row.diff_vs_baseline:+.2f} [{row.diff_ci_low:+.2f}, {row.diff_ci_high:+.2f}]",
+                "diff": "baseline"
+                if name == summary["baseline"]
+                else f"{row.diff_vs_baseline:+.2f} [{row.diff_ci_low:+.2f}, {row.diff_ci_high:+.2f}]",
                 "verdict": "" if name == summary["baseline"] else str(row.verdict).split(" (")[0],
                 "minutes": f"{row.minutes:.1f}" if "minutes" in row and pd.notna(row.minutes) else "",
             }
             lines.append(f"| {folder.name} | {name} | " + " | ".join(cells.values()) + " |")
         pbo = f"PBO {summary['pbo']:.2f} ({summary['pbo_blocks']} blocks)" if summary["pbo"] is not None else "no PBO"
-        notes.append(f"- **{folder.name}**: {summary['start']} .. {summary['end']} ({summary['n_days']} days), "
-                     f"N = {summary['n_trials']} for the DSR, {pbo}; report: [{folder.name}/"
-                     f"{STUDY_REPORT_FILES['markdown']}]({folder.name}/{STUDY_REPORT_FILES['markdown']})")
+        notes.append(
+            f"- **{folder.name}**: {summary['start']} .. {summary['end']} ({summary['n_days']} days), "
+            f"N = {summary['n_trials']} for the DSR, {pbo}; report: [{folder.name}/"
+            f"{STUDY_REPORT_FILES['markdown']}]({folder.name}/{STUDY_REPORT_FILES['markdown']})"
+        )
     return "\n".join(lines + [""] + notes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m backtest.study list | report NAME [--out DIR] [--no-log]``."""
-    parser = argparse.ArgumentParser(prog="python -m backtest.study", description="List the studies of the store "
-                                     "and rebuild a study's report from it.")
+    parser = argparse.ArgumentParser(
+        prog="python -m backtest.study",
+        description="List the studies of the store and rebuild a study's report from it.",
+    )
     parser.add_argument("--tracking-uri", default=None, help="MLflow store (default: the project's mlruns.db)")
     parser.add_argument("--experiment", default="rankbacktest")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -355,8 +431,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         tracker = Tracker(args.tracking_uri, args.experiment, PROJECT_DIR)
         if args.command == "list":
             studies = list_studies(tracker)
-            print(studies.to_string(index=False, float_format=lambda v: f"{v:+.3f}") if len(studies)
-                  else f"no study in {tracker}: run one with python -m backtest -m +study=NAME (conf/study/)")
+            print(
+                studies.to_string(index=False, float_format=lambda v: f"{v:+.3f}")
+                if len(studies)
+                else f"no study in {tracker}: run one with python -m backtest -m +study=NAME (conf/study/)"
+            )
             return 0
         out = args.out or Path(f"study-report-{args.study}")
         written = report_study(tracker, args.study, out, log_to_store=not args.no_log)

@@ -73,9 +73,16 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
             proc = subprocess.run(
-                [sys.executable, "-m", "backtest", f"engine.cache_dir={tmp}/cache",
-                 f"tracking.uri=sqlite:///{tmp}/mlruns.db", f"hydra.run.dir={tmp}/run"],
-                capture_output=True, text=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "backtest",
+                    f"engine.cache_dir={tmp}/cache",
+                    f"tracking.uri=sqlite:///{tmp}/mlruns.db",
+                    f"hydra.run.dir={tmp}/run",
+                ],
+                capture_output=True,
+                text=True,
             )
             wall = time.perf_counter() - t0
         print(proc.stdout[-2500:])
@@ -93,8 +100,10 @@ def main() -> None:
     if args.folds:
         folds = folds[: args.folds]
     data, samples = _ranking_data(matrix, labels.target.reindex(matrix.index))
-    print(f"data + features + labels: {features_s:.1f} s (computed once); {len(folds)} weekly folds, "
-          f"{samples.n_samples:,} labelled samples x {matrix.shape[1]} features")
+    print(
+        f"data + features + labels: {features_s:.1f} s (computed once); {len(folds)} weekly folds, "
+        f"{samples.n_samples:,} labelled samples x {matrix.shape[1]} features"
+    )
 
     totals = {}
     for mode in args.modes:
@@ -106,8 +115,11 @@ def main() -> None:
             profiler.disable()
             pstats.Stats(profiler).sort_stats("tottime").print_stats(8)
         totals[mode] = prep + sum(per_fold)
-        print(f"{mode:7} one-off prep {prep:6.1f} s   per fold median {np.median(per_fold):6.2f} s   "
-              f"total {totals[mode]:7.1f} s", flush=True)
+        print(
+            f"{mode:7} one-off prep {prep:6.1f} s   per fold median {np.median(per_fold):6.2f} s   "
+            f"total {totals[mode]:7.1f} s",
+            flush=True,
+        )
     if "naive" in totals:
         for mode in ("binned", "warm"):
             if mode in totals:

@@ -36,8 +36,10 @@ def main() -> None:
     panel = parts["data"].panel
     plan = plan_backtest(panel, label=parts["label"], schedule=parts["schedule"], portfolio=parts["portfolio"])
     matrix = build_features(panel, parts["features"], data_fingerprint=panel_fingerprint(panel))
-    print(f"{len(plan.folds)} folds, matrix {matrix.values.shape} ({matrix.values.nbytes / 2**30:.2f} GiB); "
-          f"load {os.getloadavg()[0]:.2f}")
+    print(
+        f"{len(plan.folds)} folds, matrix {matrix.values.shape} ({matrix.values.nbytes / 2**30:.2f} GiB); "
+        f"load {os.getloadavg()[0]:.2f}"
+    )
     t0 = time.perf_counter()
     scores, choices = baseline_scores(matrix, plan.labels, plan.folds)
     seconds = time.perf_counter() - t0

@@ -41,40 +41,68 @@ SCREENED = "model.config.early_stopping_rounds=50 model.config.feature_fraction=
 #: in full; the first is the default before the whole-list lambdas (``model.config.truncation_level``).
 SETTINGS: dict[str, str] = {
     "default (valid 20, NDCG@5, trunc 8)": "model.config.truncation_level=null",
-    "valid 120, rank IC":
-        "model.config.truncation_level=null model.config.early_stopping_metric=rank_ic backtest.valid_days=120",
-    "valid 120, rank IC, min 50 rounds":
-        "model.config.truncation_level=null model.config.early_stopping_metric=rank_ic model.config.min_rounds=50 "
-        "backtest.valid_days=120",
+    "valid 120, rank IC": (
+        "model.config.truncation_level=null model.config.early_stopping_metric=rank_ic backtest.valid_days=120"
+    ),
+    "valid 120, rank IC, min 50 rounds": (
+        "model.config.truncation_level=null model.config.early_stopping_metric=rank_ic "
+        "model.config.min_rounds=50 backtest.valid_days=120"
+    ),
     "whole-list lambdas (trunc 300)": "model.config.truncation_level=300",
-    "trunc 300, valid 120, rank IC":
-        "model.config.truncation_level=300 model.config.early_stopping_metric=rank_ic backtest.valid_days=120",
-    "trunc 300, fixed 100 rounds":
-        "model.config.truncation_level=300 model.config.early_stopping_rounds=null model.config.num_boost_round=100",
-    "trunc 300, 7 leaves, 1000/leaf, fixed 200":
-        "model.config.truncation_level=300 model.config.early_stopping_rounds=null model.config.num_boost_round=200 "
-        "model.config.num_leaves=7 model.config.min_data_in_leaf=1000",
-    "trunc 300, lr 0.02, valid 120, rank IC, min 100":
-        "model.config.truncation_level=300 model.config.learning_rate=0.02 model.config.early_stopping_metric=rank_ic "
-        "model.config.min_rounds=100 backtest.valid_days=120",
+    "trunc 300, valid 120, rank IC": (
+        "model.config.truncation_level=300 model.config.early_stopping_metric=rank_ic backtest.valid_days=120"
+    ),
+    "trunc 300, fixed 100 rounds": (
+        "model.config.truncation_level=300 model.config.early_stopping_rounds=null model.config.num_boost_round=100"
+    ),
+    "trunc 300, 7 leaves, 1000/leaf, fixed 200": (
+        "model.config.truncation_level=300 model.config.early_stopping_rounds=null "
+        "model.config.num_boost_round=200 model.config.num_leaves=7 model.config.min_data_in_leaf=1000"
+    ),
+    "trunc 300, lr 0.02, valid 120, rank IC, min 100": (
+        "model.config.truncation_level=300 model.config.learning_rate=0.02 "
+        "model.config.early_stopping_metric=rank_ic model.config.min_rounds=100 backtest.valid_days=120"
+    ),
 }
 
 #: The config groups every setting runs on (the main job's defaults, named so that a new default does not
 #: change the screen).
-CHOICES = {"data": "synthetic", "features": "all", "label": "default", "model": "lambdarank",
-           "backtest": "default", "portfolio": "equal"}
+CHOICES = {
+    "data": "synthetic",
+    "features": "all",
+    "label": "default",
+    "model": "lambdarank",
+    "backtest": "default",
+    "portfolio": "equal",
+}
 
 #: ``--rehearse``: a small market and a short schedule (validation tails of at most 20 days).
-REHEARSAL = ("data.n_stocks=60 data.n_members=40 data.start=2021-01-01 data.end=2022-12-31 "
-             "backtest.train_window=100 backtest.test_start=2022-07-01 backtest.valid_days=20")
+REHEARSAL = (
+    "data.n_stocks=60 data.n_members=40 data.start=2021-01-01 data.end=2022-12-31 "
+    "backtest.train_window=100 backtest.test_start=2022-07-01 backtest.valid_days=20"
+)
 
 #: The metrics reported per setting.
-METRICS = ("rank_ic_mean", "rank_ic_se", "baseline_factor_rank_ic_mean", "baseline_factor_rank_ic_se",
-           "baseline_linear_rank_ic_mean", "baseline_linear_rank_ic_se", "model_minus_factor_rank_ic",
-           "model_minus_factor_rank_ic_se", "sharpe", "sharpe_ex_best_month", "baseline_factor_sharpe",
-           "baseline_factor_sharpe_ex_best_month", "baseline_linear_sharpe", "baseline_linear_sharpe_ex_best_month",
-           "baseline_equal_weight_sharpe", "baseline_equal_weight_sharpe_ex_best_month", "oracle_rank_ic",
-           "signal_capture")
+METRICS = (
+    "rank_ic_mean",
+    "rank_ic_se",
+    "baseline_factor_rank_ic_mean",
+    "baseline_factor_rank_ic_se",
+    "baseline_linear_rank_ic_mean",
+    "baseline_linear_rank_ic_se",
+    "model_minus_factor_rank_ic",
+    "model_minus_factor_rank_ic_se",
+    "sharpe",
+    "sharpe_ex_best_month",
+    "baseline_factor_sharpe",
+    "baseline_factor_sharpe_ex_best_month",
+    "baseline_linear_sharpe",
+    "baseline_linear_sharpe_ex_best_month",
+    "baseline_equal_weight_sharpe",
+    "baseline_equal_weight_sharpe_ex_best_month",
+    "oracle_rank_ic",
+    "signal_capture",
+)
 
 #: The opening of screen.md (what the table is, how it was run).
 HEADER = (
@@ -100,8 +128,12 @@ def overrides(name: str, threads: int, rehearse: bool = False) -> dict[str, str]
     return dict(override.split("=", 1) for override in given.split())
 
 
-def build_setting(name: str, threads: int, rehearse: bool = False,
-                  groups: tuple[str, ...] = ("data", "features", "label", "portfolio")) -> dict[str, Any]:
+def build_setting(
+    name: str,
+    threads: int,
+    rehearse: bool = False,
+    groups: tuple[str, ...] = ("data", "features", "label", "portfolio"),
+) -> dict[str, Any]:
     """The parts of setting ``name``, composed and instantiated as the CLI does (``build_parts``):
     ``groups`` built, with ``schedule``, ``model`` (a factory), ``seed`` and the resolved ``config``."""
     from bench_transformer_backtest import build_parts
@@ -125,8 +157,11 @@ def run_setting(name: str, threads: int, cache: str | None, rehearse: bool = Fal
     check_label_processing(factory(), label.processing)
     plan = plan_backtest(market.panel, label=label, schedule=parts["schedule"], portfolio=parts["portfolio"])
     result = run_backtest(
-        plan, features=parts["features"], ranker_factory=factory,
-        data_fingerprint=panel_fingerprint(market.panel), seed=parts["seed"],
+        plan,
+        features=parts["features"],
+        ranker_factory=factory,
+        data_fingerprint=panel_fingerprint(market.panel),
+        seed=parts["seed"],
         options=EngineOptions(feature_cache_dir=Path(cache) if cache else None),
         oracle=oracle_scores(market, label.holding_days),
     )

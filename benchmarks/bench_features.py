@@ -46,9 +46,26 @@ from backtest.features.cross_section import DailyCrossSection
 from backtest.features.inputs import MarketData
 
 TWENTY = (
-    "ret_1d", "ret_5d", "ret_20d", "ma_ratio_5", "ma_ratio_20", "ma_ratio_60", "rsi_6", "rsi_14",
-    "macd_dif", "macd_dea", "macd_hist", "kdj_k", "vol_5d", "vol_20d", "atr_pct", "boll_pctb",
-    "boll_width", "wr_14", "price_pos_20", "volume_ratio_5",
+    "ret_1d",
+    "ret_5d",
+    "ret_20d",
+    "ma_ratio_5",
+    "ma_ratio_20",
+    "ma_ratio_60",
+    "rsi_6",
+    "rsi_14",
+    "macd_dif",
+    "macd_dea",
+    "macd_hist",
+    "kdj_k",
+    "vol_5d",
+    "vol_20d",
+    "atr_pct",
+    "boll_pctb",
+    "boll_width",
+    "wr_14",
+    "price_pos_20",
+    "volume_ratio_5",
 )
 
 
@@ -112,8 +129,9 @@ def pandas_twenty(long: pd.DataFrame) -> pd.DataFrame:
     rsv = (100 * (c - low9) / (high9 - low9)).where(high9 > low9, 50.0).where(high9.notna())
     out["kdj_k"] = ewm(rsv, alpha=1 / 3)
     out["vol_5d"], out["vol_20d"] = roll(ret, 5, "std"), roll(ret, 20, "std")
-    tr = (pd.concat([h, prev], axis=1).max(axis=1, skipna=False)
-          - pd.concat([lo, prev], axis=1).min(axis=1, skipna=False))
+    tr = pd.concat([h, prev], axis=1).max(axis=1, skipna=False) - pd.concat([lo, prev], axis=1).min(
+        axis=1, skipna=False
+    )
     out["atr_pct"] = roll(tr, 14, "mean") / c
     mid, sd = roll(c, 20, "mean"), roll(c, 20, "std")
     cmin, cmax = roll(c, 20, "min"), roll(c, 20, "max")
@@ -135,8 +153,11 @@ def main() -> None:
     ap.add_argument("--end", default="2025-12-31")
     args = ap.parse_args()
 
-    t_gen, panel = timed(lambda: generate_market(
-        SyntheticMarketConfig(n_stocks=args.stocks, n_members=args.members, start=args.start, end=args.end)))
+    t_gen, panel = timed(
+        lambda: generate_market(
+            SyntheticMarketConfig(n_stocks=args.stocks, n_members=args.members, start=args.start, end=args.end)
+        )
+    )
     n_days = panel.index.get_level_values(0).nunique()
     print(f"synthetic market: {n_days} days x {args.stocks} stocks, {len(panel):,} rows (generated in {t_gen:.1f} s)")
     rows = []
@@ -145,8 +166,14 @@ def main() -> None:
     spec = FeatureSetSpec()
     t_build, matrix = timed(lambda: build_features(panel, spec, data_fingerprint="bench"), repeat=3)
     mb = matrix.nbytes / 2**20
-    rows.append(("features=all build", f"{t_build:.2f} s",
-                 f"{matrix.shape[1]} cols x {matrix.shape[0]:,} rows, {mb:.0f} MB", "<= 30 s"))
+    rows.append(
+        (
+            "features=all build",
+            f"{t_build:.2f} s",
+            f"{matrix.shape[1]} cols x {matrix.shape[0]:,} rows, {mb:.0f} MB",
+            "<= 30 s",
+        )
+    )
 
     # 2. twenty indicators vs pandas groupby(code), on the same prepared inputs (adjusted, suspension-aware)
     twenty = FeatureSetSpec(name="twenty", indicators=TWENTY, cs_rank=False, cs_z=False, aggregate=())
@@ -179,10 +206,22 @@ def main() -> None:
     ref = ref.swaplevel().sort_index().loc[panel.index, list(TWENTY)]
     ours_frame = ours.to_frame()[list(TWENTY)]
     agree = np.allclose(ours_frame.to_numpy(np.float64), ref.to_numpy(np.float64), rtol=1e-4, atol=1e-6, equal_nan=True)
-    rows.append(("20 indicators, compute", f"{t_compute:.2f} s",
-                 f"pandas groupby(code) on the same inputs: {t_pd:.2f} s", f"{t_pd / t_compute:.1f}x (>= 5x)"))
-    rows.append(("20 indicators, build", f"{t_ours:.2f} s",
-                 f"panel -> float32 matrix, end to end; values agree: {agree}", f"{t_pd / t_ours:.1f}x"))
+    rows.append(
+        (
+            "20 indicators, compute",
+            f"{t_compute:.2f} s",
+            f"pandas groupby(code) on the same inputs: {t_pd:.2f} s",
+            f"{t_pd / t_compute:.1f}x (>= 5x)",
+        )
+    )
+    rows.append(
+        (
+            "20 indicators, build",
+            f"{t_ours:.2f} s",
+            f"panel -> float32 matrix, end to end; values agree: {agree}",
+            f"{t_pd / t_ours:.1f}x",
+        )
+    )
 
     # 3. cross-sectional ranks vs pandas groupby(date).rank
     member_rows = panel["in_universe"].to_numpy()
@@ -198,9 +237,14 @@ def main() -> None:
     t_rank, ranks = timed(ours_rank, repeat=REPEAT)
     t_pdrank, pdranks = timed(lambda: as32.groupby(level="date").rank(pct=True), repeat=REPEAT)
     identical = np.array_equal(ranks, pdranks.to_numpy(np.float64), equal_nan=True)
-    rows.append(("cs rank, 20 cols", f"{t_rank:.3f} s",
-                 f"pandas groupby(date).rank: {t_pdrank:.2f} s, identical: {identical}",
-                 f"{t_pdrank / t_rank:.1f}x (>= 8x)"))
+    rows.append(
+        (
+            "cs rank, 20 cols",
+            f"{t_rank:.3f} s",
+            f"pandas groupby(date).rank: {t_pdrank:.2f} s, identical: {identical}",
+            f"{t_pdrank / t_rank:.1f}x (>= 8x)",
+        )
+    )
 
     # 4. cache: a cold hit reads the entry from disk (its pages are dropped from the page cache first),
     #    a warm one from memory
@@ -215,13 +259,19 @@ def main() -> None:
         t_hit, (loaded, hit) = timed(cold_hit, repeat=3)
         same = np.array_equal(loaded.values, matrix.values, equal_nan=True)
         del loaded
-        t_hit2, (loaded, _) = timed(lambda: load_or_build_features(panel, spec, cache, data_fingerprint="bench"),
-                                    repeat=3)
+        t_hit2, (loaded, _) = timed(
+            lambda: load_or_build_features(panel, spec, cache, data_fingerprint="bench"), repeat=3
+        )
         size = sum(e.size_bytes for e in cache.entries()) / 2**20
         del loaded
-    rows.append(("cache hit, cold", f"{t_hit:.2f} s",
-                 f"hit={hit}, identical={same}; warm {t_hit2:.2f} s; store {t_store:.2f} s, {size:.0f} MB",
-                 "<= 2 s"))
+    rows.append(
+        (
+            "cache hit, cold",
+            f"{t_hit:.2f} s",
+            f"hit={hit}, identical={same}; warm {t_hit2:.2f} s; store {t_store:.2f} s, {size:.0f} MB",
+            "<= 2 s",
+        )
+    )
 
     # 5. audit
     dates = panel.index.get_level_values(0).unique()
@@ -229,10 +279,15 @@ def main() -> None:
     t_audit, report = timed(lambda: audit_features(panel, spec, cutoffs), repeat=3)
     # the audit's floor: each cutoff builds every row (eligible or not) of warm-up + horizon days, then
     # of the warm-up days again, where the full build has the eligible rows of the whole history
-    rows.append(("audit, 3 cutoffs", f"{t_audit:.2f} s",
-                 f"passed={report.passed}; {t_audit / 3 / t_build:.1%} of a full build per cutoff, building "
-                 f"{report.rows_built / 3 / len(matrix.values):.1%} of its rows per cutoff",
-                 "< 10% per cutoff"))
+    rows.append(
+        (
+            "audit, 3 cutoffs",
+            f"{t_audit:.2f} s",
+            f"passed={report.passed}; {t_audit / 3 / t_build:.1%} of a full build per cutoff, building "
+            f"{report.rows_built / 3 / len(matrix.values):.1%} of its rows per cutoff",
+            "< 10% per cutoff",
+        )
+    )
 
     # 6. memory
     del matrix, ours
@@ -241,8 +296,14 @@ def main() -> None:
     traced = build_features(panel, spec, data_fingerprint="bench")
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    rows.append(("peak memory of the build", f"{peak / 2**20:.0f} MB",
-                 f"{peak / traced.nbytes:.2f}x the float32 matrix ({traced.nbytes / 2**20:.0f} MB)", "<= 3x"))
+    rows.append(
+        (
+            "peak memory of the build",
+            f"{peak / 2**20:.0f} MB",
+            f"{peak / traced.nbytes:.2f}x the float32 matrix ({traced.nbytes / 2**20:.0f} MB)",
+            "<= 3x",
+        )
+    )
 
     width = max(len(r[0]) for r in rows)
     print(f"\n{'measure':<{width}}  {'time/size':>10}  {'ratio / target':<22}  detail")

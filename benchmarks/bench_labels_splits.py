@@ -37,22 +37,28 @@ def main() -> None:
 
     panel = simulate_market(SyntheticMarketConfig()).panel
     calendar = panel.index.get_level_values("date").unique()
-    print(f"panel: {len(panel):,} rows, {panel.index.get_level_values('code').nunique()} stocks, "
-          f"{len(calendar)} trading days")
+    print(
+        f"panel: {len(panel):,} rows, {panel.index.get_level_values('code').nunique()} stocks, "
+        f"{len(calendar)} trading days"
+    )
 
     base_s, _ = timed(lambda: panel.groupby(level="code")["open"].shift(-5), args.repeat)
     labels_s, labels = timed(lambda: make_labels(panel, LabelSpec()), args.repeat)
     print(f"baseline groupby(code).shift(-5) of open: {base_s:.3f} s")
-    print(f"make_labels (bins, {len(labels):,} samples): {labels_s:.3f} s   "
-          f"ratio {labels_s / base_s:.1f}x   [target < 2 s]")
+    print(
+        f"make_labels (bins, {len(labels):,} samples): {labels_s:.3f} s   "
+        f"ratio {labels_s / base_s:.1f}x   [target < 2 s]"
+    )
 
     schedule = RollingSchedule()
     folds_s, folds = timed(lambda: schedule.folds(calendar, labels.label_end), args.repeat)
     sample_dates = labels.index.get_level_values("date")
     select_s, _ = timed(lambda: [sample_dates.isin(f.train_dates) for f in folds], args.repeat)
-    print(f"rolling schedule, {len(folds)} folds: {folds_s:.3f} s ({1e3 * folds_s / len(folds):.2f} ms a fold)   "
-          f"[target < 1 s]; baseline, selecting each fold's training rows with isin: {select_s:.3f} s, "
-          f"ratio {folds_s / select_s:.2f}x")
+    print(
+        f"rolling schedule, {len(folds)} folds: {folds_s:.3f} s ({1e3 * folds_s / len(folds):.2f} ms a fold)   "
+        f"[target < 1 s]; baseline, selecting each fold's training rows with isin: {select_s:.3f} s, "
+        f"ratio {folds_s / select_s:.2f}x"
+    )
 
 
 if __name__ == "__main__":

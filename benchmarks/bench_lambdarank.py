@@ -78,16 +78,21 @@ def fold_rows(fold: int, step: int = 5) -> tuple[np.ndarray, np.ndarray]:
 
 
 def bench_prep(data: RankingData, params: dict, folds: int) -> None:
-    print(f"\n[prep] {data.n_samples:,} samples x {data.n_features} features; window {WINDOW} days "
-          f"({WINDOW * STOCKS:,} rows) + {VALID}-day validation", flush=True)
+    print(
+        f"\n[prep] {data.n_samples:,} samples x {data.n_features} features; window {WINDOW} days "
+        f"({WINDOW * STOCKS:,} rows) + {VALID}-day validation",
+        flush=True,
+    )
     naive = []
     for f in range(folds):
         tr, va = (data.take(r) for r in fold_rows(f))
         t0 = time.perf_counter()
-        dtr = lgb.Dataset(np.ascontiguousarray(tr.X), label=tr.relevance, group=tr.group_sizes(), params=params,
-                          free_raw_data=False).construct()
-        lgb.Dataset(np.ascontiguousarray(va.X), label=va.relevance, group=va.group_sizes(), reference=dtr,
-                    params=params).construct()
+        dtr = lgb.Dataset(
+            np.ascontiguousarray(tr.X), label=tr.relevance, group=tr.group_sizes(), params=params, free_raw_data=False
+        ).construct()
+        lgb.Dataset(
+            np.ascontiguousarray(va.X), label=va.relevance, group=va.group_sizes(), reference=dtr, params=params
+        ).construct()
         naive.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
     panel = BinnedPanel(data, params, history_end=data.dates[WINDOW * STOCKS - 1])
@@ -103,13 +108,14 @@ def bench_prep(data: RankingData, params: dict, folds: int) -> None:
     print(f"  naive: new Dataset per fold (baseline)   {n:7.2f} s/fold (median of {folds})")
     print(f"  bin once: BinnedPanel build (one-off)    {build:7.2f} s")
     print(f"  bin once: subset per fold                {o:7.3f} s/fold   ratio {n / o:6.1f}x  [target >= 40x]")
-    print(f"  over 100 weekly folds incl. the build    {100 * n:7.1f} s vs {build + 100 * o:.1f} s   "
-          f"ratio {100 * n / (build + 100 * o):5.1f}x")
+    print(
+        f"  over 100 weekly folds incl. the build    {100 * n:7.1f} s vs {build + 100 * o:.1f} s   "
+        f"ratio {100 * n / (build + 100 * o):5.1f}x"
+    )
 
 
 def bench_retrain(data: RankingData, threads: int, reps: int) -> None:
-    print(f"\n[retrain] fresh 200 rounds vs warm start +40 rounds, {threads} threads, {reps} repetitions",
-          flush=True)
+    print(f"\n[retrain] fresh 200 rounds vs warm start +40 rounds, {threads} threads, {reps} repetitions", flush=True)
     base = dict(num_threads=threads, num_boost_round=200, early_stopping_rounds=None)
     history_end = data.dates[WINDOW * STOCKS - 1]
     panel = BinnedPanel(data, LambdaRankConfig(**base).lgb_params(), history_end=history_end)
@@ -129,8 +135,10 @@ def bench_retrain(data: RankingData, threads: int, reps: int) -> None:
         print(f"  fresh {fresh_s[-2]:.2f} s, {fresh_s[-1]:.2f} s; warm {warm_s[-1]:.2f} s", flush=True)
     f, w = float(np.median(fresh_s)), float(np.median(warm_s))
     print(f"  fresh, 200 rounds (baseline)             {f:7.2f} s (median of {len(fresh_s)})")
-    print(f"  warm start, +40 rounds                   {w:7.2f} s (median of {len(warm_s)})   "
-          f"ratio {f / w:5.2f}x  [target >= 4x]")
+    print(
+        f"  warm start, +40 rounds                   {w:7.2f} s (median of {len(warm_s)})   "
+        f"ratio {f / w:5.2f}x  [target >= 4x]"
+    )
 
 
 def market_features(panel: pd.DataFrame) -> pd.DataFrame:
@@ -139,8 +147,10 @@ def market_features(panel: pd.DataFrame) -> pd.DataFrame:
     close = grid.to_wide(adjusted_price(panel, "close"), dtype=np.float64)
     amount = grid.to_wide(panel["amount"], dtype=np.float64)
     net = grid.to_wide(panel["net_mf_amount"], dtype=np.float64)
-    big = grid.to_wide(panel["buy_lg_amount"] + panel["buy_elg_amount"] - panel["sell_lg_amount"]
-                       - panel["sell_elg_amount"], dtype=np.float64)
+    big = grid.to_wide(
+        panel["buy_lg_amount"] + panel["buy_elg_amount"] - panel["sell_lg_amount"] - panel["sell_elg_amount"],
+        dtype=np.float64,
+    )
     member = grid.to_wide(panel["in_universe"].astype(float), dtype=np.float64) > 0
     with np.errstate(invalid="ignore", divide="ignore"):  # 0 / 0 on suspended days -> NaN = missing
         c = pd.DataFrame(close)
@@ -166,26 +176,32 @@ def market_features(panel: pd.DataFrame) -> pd.DataFrame:
 
 
 def bench_quality(threads: int, n_folds: int) -> None:
-    print(f"\n[quality] default synthetic market, {n_folds} weekly folds, warm (refit every 4th) vs fresh",
-          flush=True)
+    print(f"\n[quality] default synthetic market, {n_folds} weekly folds, warm (refit every 4th) vs fresh", flush=True)
     t0 = time.perf_counter()
     panel = generate_market(SyntheticMarketConfig())
     labels = make_labels(panel, LabelSpec())
     feats = market_features(panel).loc[labels.index]
     data = RankingData.from_frame(feats, labels.target.to_numpy())
     calendar = panel.index.get_level_values(0).unique()
-    schedule = RollingSchedule(retrain_every=5, train_window=500, valid_days=20, embargo=2,
-                               test_start=calendar[-(n_folds * 5 + 10)], test_end=calendar[-11])
+    schedule = RollingSchedule(
+        retrain_every=5,
+        train_window=500,
+        valid_days=20,
+        embargo=2,
+        test_start=calendar[-(n_folds * 5 + 10)],
+        test_end=calendar[-11],
+    )
     folds = list(schedule.split(calendar, labels.label_end))
-    print(f"  {data.n_samples:,} labelled samples, {data.n_features} features, {len(folds)} folds "
-          f"({folds[0].decision_date.date()}..{folds[-1].predict_dates[-1].date()}), "
-          f"prepared in {time.perf_counter() - t0:.1f} s", flush=True)
+    print(
+        f"  {data.n_samples:,} labelled samples, {data.n_features} features, {len(folds)} folds "
+        f"({folds[0].decision_date.date()}..{folds[-1].predict_dates[-1].date()}), "
+        f"prepared in {time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
     base = dict(num_threads=threads)
     models = {
         "fresh": LambdaRankRanker(LambdaRankConfig(**base)),
-        "warm": LambdaRankRanker(
-            LambdaRankConfig(**base, warm_start=True, warm_start_rounds=40, full_refit_every=4)
-        ),
+        "warm": LambdaRankRanker(LambdaRankConfig(**base, warm_start=True, warm_start_rounds=40, full_refit_every=4)),
     }
     first_train_end = folds[0].train_dates[-1]
     for m in models.values():
@@ -210,20 +226,30 @@ def bench_quality(threads: int, n_folds: int) -> None:
     se_fresh = ic["fresh"].std() / np.sqrt(ic["fresh"].count())
     for name in models:
         s = ic[name]
-        print(f"  {name:<6} rank IC {s.mean():+.4f} (SE {s.std() / np.sqrt(s.count()):.4f}, {s.count()} days), "
-              f"fit time {seconds[name]:6.1f} s")
+        print(
+            f"  {name:<6} rank IC {s.mean():+.4f} (SE {s.std() / np.sqrt(s.count()):.4f}, {s.count()} days), "
+            f"fit time {seconds[name]:6.1f} s"
+        )
     gap = ic["warm"].mean() - ic["fresh"].mean()
-    verdict = ("within one SE" if abs(gap) <= se_fresh
-               else "warm HIGHER by more than one SE" if gap > 0 else "warm LOWER by more than one SE")
-    print(f"  warm - fresh: {gap:+.4f} (paired SE {diff.std() / np.sqrt(len(diff)):.4f}); {verdict} of the "
-          f"fresh IC ({se_fresh:.4f})  [target: within one SE]; fit-time ratio "
-          f"{seconds['fresh'] / seconds['warm']:.2f}x")
+    verdict = (
+        "within one SE"
+        if abs(gap) <= se_fresh
+        else "warm HIGHER by more than one SE"
+        if gap > 0
+        else "warm LOWER by more than one SE"
+    )
+    print(
+        f"  warm - fresh: {gap:+.4f} (paired SE {diff.std() / np.sqrt(len(diff)):.4f}); {verdict} of the "
+        f"fresh IC ({se_fresh:.4f})  [target: within one SE]; fit-time ratio "
+        f"{seconds['fresh'] / seconds['warm']:.2f}x"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--parts", nargs="*", default=["prep", "retrain", "quality"],
-                        choices=["prep", "retrain", "quality"])
+    parser.add_argument(
+        "--parts", nargs="*", default=["prep", "retrain", "quality"], choices=["prep", "retrain", "quality"]
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--prep-folds", type=int, default=3)
     parser.add_argument("--retrain-reps", type=int, default=2)

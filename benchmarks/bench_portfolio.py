@@ -54,15 +54,19 @@ def main() -> None:
     }
     results = {}
     for name, spec in cases.items():
-        seconds = timed(lambda name=name, spec=spec: results.__setitem__(name, simulate(scores, panel, spec)),
-                        args.repeat)
+        seconds = timed(
+            lambda name=name, spec=spec: results.__setitem__(name, simulate(scores, panel, spec)), args.repeat
+        )
         target = "   [target < 2 s]" if spec == PortfolioSpec() else ""
         print(f"simulate, {name}: {seconds:.3f} s ({seconds / baseline:.1f}x baseline){target}")
 
     result = results["weekly, equal weight (default)"]
     seconds = timed(
         lambda: headline_metrics(
-            result.returns, result.benchmark_returns, result.periods, turnover=result.annual_turnover,
+            result.returns,
+            result.benchmark_returns,
+            result.periods,
+            turnover=result.annual_turnover,
             rng=np.random.default_rng(0),
         ),
         args.repeat,

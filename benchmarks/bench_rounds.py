@@ -52,8 +52,10 @@ def main() -> None:
     base = parts["model"]()
     base.prepare(samples, history_end=np.datetime64(first.train_dates[-1], "ns"))
     train, valid, _ = _fold_sets(samples, data, first)
-    print(f"fold 0: {train.n_samples:,} samples x {train.n_features} features, {train.n_days} days; "
-          f"load {os.getloadavg()[0]:.2f}")
+    print(
+        f"fold 0: {train.n_samples:,} samples x {train.n_features} features, {train.n_days} days; "
+        f"load {os.getloadavg()[0]:.2f}"
+    )
     for name in names:
         cfg = dataclasses.replace(base.config, num_boost_round=ROUNDS, early_stopping_rounds=None, **SETTINGS[name])
         ranker = LambdaRankRanker(cfg)

@@ -34,8 +34,14 @@ def main() -> None:
     rows = []
     for size in args.sizes:
         stocks, members, year = size.split(":")
-        job = run_main_job([f"data.n_stocks={stocks}", f"data.n_members={members}", f"data.start={year}-01-01",
-                            f"backtest.retrain_every={args.retrain_every}"])
+        job = run_main_job(
+            [
+                f"data.n_stocks={stocks}",
+                f"data.n_members={members}",
+                f"data.start={year}-01-01",
+                f"backtest.retrain_every={args.retrain_every}",
+            ]
+        )
         if job.returncode != 0:
             print(job.output[-3000:])
             raise SystemExit(f"{size}: exit {job.returncode}")
@@ -44,16 +50,22 @@ def main() -> None:
         job.stages["binning_s"] = float(binned.group(3)) if binned else float("nan")  # inside folds_s
         samples, features = (int(binned.group(1)), int(binned.group(2))) if binned else (0, 0)
         stages = "  ".join(f"{k[:-2]} {job.stages.get(k, float('nan')):6.1f}" for k in STAGES)
-        print(f"{size:>15}  folds {job.metrics['n_folds']:.0f}  wall {job.wall_s:6.1f} s  peak RSS "
-              f"{job.peak_rss_gib:5.2f} GiB  samples {samples:,} ({samples * features * 4 / 2**30:.2f} GiB float32)  "
-              f"load {job.load:.2f}  |  {stages}  "
-              f"fit/fold {job.fold_mean('fit_seconds'):.1f} s  trees/fold {job.fold_mean('trees'):.0f}", flush=True)
+        print(
+            f"{size:>15}  folds {job.metrics['n_folds']:.0f}  wall {job.wall_s:6.1f} s  peak RSS "
+            f"{job.peak_rss_gib:5.2f} GiB  samples {samples:,} ({samples * features * 4 / 2**30:.2f} GiB float32)  "
+            f"load {job.load:.2f}  |  {stages}  "
+            f"fit/fold {job.fold_mean('fit_seconds'):.1f} s  trees/fold {job.fold_mean('trees'):.0f}",
+            flush=True,
+        )
     base = rows[0][1]
     for size, job in rows[1:]:
-        growth = "  ".join(f"{k[:-2]} x{job.stages.get(k, 0) / max(base.stages.get(k, 1e-9), 1e-9):.2f}"
-                           for k in STAGES)
-        print(f"{size:>15} / {rows[0][0]}: wall x{job.wall_s / base.wall_s:.2f}  "
-              f"RSS x{job.peak_rss_gib / base.peak_rss_gib:.2f}  |  {growth}")
+        growth = "  ".join(
+            f"{k[:-2]} x{job.stages.get(k, 0) / max(base.stages.get(k, 1e-9), 1e-9):.2f}" for k in STAGES
+        )
+        print(
+            f"{size:>15} / {rows[0][0]}: wall x{job.wall_s / base.wall_s:.2f}  "
+            f"RSS x{job.peak_rss_gib / base.peak_rss_gib:.2f}  |  {growth}"
+        )
 
 
 if __name__ == "__main__":

@@ -31,8 +31,7 @@ def _resident_gib() -> dict[str, float]:
 def _release_and_reset(stage: str) -> None:
     now = _resident_gib()
     sys.stderr.flush()  # the folds' progress bar ends without a newline
-    print(f"\nstage {stage:10} own peak {now['VmHWM']:.3f} GiB, resident at its end {now['VmRSS']:.3f} GiB",
-          flush=True)
+    print(f"\nstage {stage:10} own peak {now['VmHWM']:.3f} GiB, resident at its end {now['VmRSS']:.3f} GiB", flush=True)
     _release(stage)
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset the high-water mark
@@ -41,8 +40,13 @@ def _release_and_reset(stage: str) -> None:
 def main() -> None:
     engine.release_freed_memory = _release_and_reset
     with tempfile.TemporaryDirectory(prefix="stage-memory-") as tmp:
-        sys.argv = ["backtest", *sys.argv[1:], f"engine.cache_dir={tmp}/cache", f"tracking.uri=sqlite:///{tmp}/mlruns.db",
-                    f"hydra.run.dir={tmp}/run"]
+        sys.argv = [
+            "backtest",
+            *sys.argv[1:],
+            f"engine.cache_dir={tmp}/cache",
+            f"tracking.uri=sqlite:///{tmp}/mlruns.db",
+            f"hydra.run.dir={tmp}/run",
+        ]
         cli_main()
 
 

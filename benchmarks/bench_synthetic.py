@@ -51,12 +51,16 @@ def main() -> None:
 
     panel = market.panel
     gen = statistics.median(times)
-    print(f"panel: {len(panel):,} rows x {panel.shape[1]} columns, "
-          f"{panel.index.get_level_values('code').nunique()} stocks, fingerprint {panel_fingerprint(panel)}")
+    print(
+        f"panel: {len(panel):,} rows x {panel.shape[1]} columns, "
+        f"{panel.index.get_level_values('code').nunique()} stocks, fingerprint {panel_fingerprint(panel)}"
+    )
     print(f"generate (median of {args.repeat}): {gen:.2f} s   [target < 15 s]")
     print(f"peak traced memory: {peak / 2**20:.0f} MiB; process peak RSS: {rss:.0f} MiB   [target < 2048 MiB]")
-    print(f"baseline, read the same panel from parquet ({size_mb:.1f} MiB): {read_s:.3f} s; "
-          f"generate/read ratio {gen / read_s:.0f}x")
+    print(
+        f"baseline, read the same panel from parquet ({size_mb:.1f} MiB): {read_s:.3f} s; "
+        f"generate/read ratio {gen / read_s:.0f}x"
+    )
     print()
     table = planted_effect_strengths(market, LabelSpec())
     print("| planted effect | mean daily rank IC vs T+1..T+5 open return | std err | days |")

@@ -37,7 +37,12 @@ STOCKS, WINDOW, FEATURES = 300, 30, 72
 
 
 def step_rate(
-    cfg: StockTransformerConfig, device: str, bf16: bool, days: int, steps: int, compile_mode: str | None = None,
+    cfg: StockTransformerConfig,
+    device: str,
+    bf16: bool,
+    days: int,
+    steps: int,
+    compile_mode: str | None = None,
     explicit_attention: bool = True,
 ) -> tuple[float, float]:
     """(day-samples/s, peak GPU MiB or NaN) of forward + loss + backward + AdamW on random batches.
@@ -95,9 +100,14 @@ def synthetic_days(n_days: int, seed: int = 0) -> RankingData:
     dates = np.repeat(np.datetime64("2020-01-01", "ns") + np.arange(n_days).astype("timedelta64[D]"), STOCKS)
     codes = np.tile(np.array([f"{i:06d}.SH" for i in range(STOCKS)]), n_days)
     return RankingData(
-        X=wide.reshape(-1, FEATURES), dates=dates, codes=codes,
-        feature_names=tuple(f"f{i}" for i in range(FEATURES)), relevance=rel.ravel(), wide=wide,
-        date_pos=np.repeat(np.arange(n_days), STOCKS), code_pos=np.tile(np.arange(STOCKS), n_days),
+        X=wide.reshape(-1, FEATURES),
+        dates=dates,
+        codes=codes,
+        feature_names=tuple(f"f{i}" for i in range(FEATURES)),
+        relevance=rel.ravel(),
+        wide=wide,
+        date_pos=np.repeat(np.arange(n_days), STOCKS),
+        code_pos=np.tile(np.arange(STOCKS), n_days),
     )
 
 
@@ -129,15 +139,22 @@ def main() -> None:
     parser.add_argument("--gpu-days", type=int, default=192, help="days per step on CUDA (x300 < 65,535)")
     parser.add_argument("--gpu-steps", type=int, default=20)
     parser.add_argument("--epoch-days", type=int, default=750)
-    parser.add_argument("--compile", nargs="*", default=["default", "reduce-overhead"],
-                        help="torch.compile modes to try on CUDA (bf16)")
-    parser.add_argument("--no-sdpa-row", dest="sdpa_row", action="store_false",
-                        help="skip the row of the best compile mode with the temporal attention through SDPA")
+    parser.add_argument(
+        "--compile", nargs="*", default=["default", "reduce-overhead"], help="torch.compile modes to try on CUDA (bf16)"
+    )
+    parser.add_argument(
+        "--no-sdpa-row",
+        dest="sdpa_row",
+        action="store_false",
+        help="skip the row of the best compile mode with the temporal attention through SDPA",
+    )
     args = parser.parse_args()
     cfg = StockTransformerConfig(n_features=FEATURES, window=WINDOW)
-    print(f"torch {torch.__version__}; default network: d_model {cfg.d_model}, {cfg.n_layers} layers, "
-          f"ff {cfg.ff_dim}, {cfg.n_experts} experts; a day-sample = {STOCKS} stocks x {WINDOW} days x "
-          f"{FEATURES} features")
+    print(
+        f"torch {torch.__version__}; default network: d_model {cfg.d_model}, {cfg.n_layers} layers, "
+        f"ff {cfg.ff_dim}, {cfg.n_experts} experts; a day-sample = {STOCKS} stocks x {WINDOW} days x "
+        f"{FEATURES} features"
+    )
     print(f"{'configuration':<44} {'days/s':>10} {'ratio':>9} {'peak MiB':>9}")
 
     if args.device in ("cpu", "all"):
@@ -169,16 +186,21 @@ def main() -> None:
             if rate > best_rate:
                 best_mode, best_rate = mode, rate
         if best_mode is not None and args.sdpa_row:
-            rate, peak = step_rate(cfg, "cuda", True, args.gpu_days, args.gpu_steps, compile_mode=best_mode,
-                                   explicit_attention=False)
+            rate, peak = step_rate(
+                cfg, "cuda", True, args.gpu_days, args.gpu_steps, compile_mode=best_mode, explicit_attention=False
+            )
             row("  the same, temporal attention through SDPA", rate, base, peak)
         for mode in dict.fromkeys([None, best_mode]):
-            training = TransformerTrainingConfig(device="cuda", precision="bf16", days_per_step=args.gpu_days,
-                                                 compile=mode)
+            training = TransformerTrainingConfig(
+                device="cuda", precision="bf16", days_per_step=args.gpu_days, compile=mode
+            )
             seconds, peak = epoch_time(cfg, training, args.epoch_days, epochs=3)
-            print(f"{args.epoch_days}-day epoch via StockTransformerRanker.fit, bf16, compile={mode}: "
-                  f"{seconds:.3f} s ({args.epoch_days / seconds:.0f} days/s), peak {peak:.0f} MiB "
-                  "[target <= 0.2 s]", flush=True)
+            print(
+                f"{args.epoch_days}-day epoch via StockTransformerRanker.fit, bf16, compile={mode}: "
+                f"{seconds:.3f} s ({args.epoch_days / seconds:.0f} days/s), peak {peak:.0f} MiB "
+                "[target <= 0.2 s]",
+                flush=True,
+            )
     elif args.device == "cuda":
         print("CUDA is not available here")
 

@@ -59,8 +59,9 @@ CONF = PROJECT / "conf"
 # --- the specs, composed from conf/ by Hydra as the CLI composes them ------------------------------
 
 
-def build_parts(choices: dict[str, str], overrides: list[str],
-                groups: tuple[str, ...] = ("features", "label", "portfolio")) -> dict[str, Any]:
+def build_parts(
+    choices: dict[str, str], overrides: list[str], groups: tuple[str, ...] = ("features", "label", "portfolio")
+) -> dict[str, Any]:
     """``groups`` built, with ``schedule``, ``model`` (a factory), ``seed`` and the resolved ``config``."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
@@ -71,24 +72,50 @@ def build_parts(choices: dict[str, str], overrides: list[str],
         cfg = compose("config", overrides=[f"{g}={o}" for g, o in choices.items()] + overrides)
 
     parts = {g: build(cfg[g]) for g in groups}
-    parts.update(schedule=build(cfg.backtest), model=build(cfg.model, _partial_=True),
-                 seed=int(cfg.seed), config=OmegaConf.to_container(cfg, resolve=True))
+    parts.update(
+        schedule=build(cfg.backtest),
+        model=build(cfg.model, _partial_=True),
+        seed=int(cfg.seed),
+        config=OmegaConf.to_container(cfg, resolve=True),
+    )
     return parts
 
 
 # --- one backtest -------------------------------------------------------------------------------------
 
 
-METRICS = ("rank_ic_mean", "rank_ic_se", "icir", "ndcg", "sharpe", "sharpe_ex_best_month", "ann_return",
-           "oracle_rank_ic", "signal_capture", "baseline_factor_rank_ic_mean", "baseline_factor_rank_ic_se",
-           "baseline_linear_rank_ic_mean", "baseline_linear_rank_ic_se", "model_minus_factor_rank_ic",
-           "model_minus_factor_rank_ic_se", "baseline_factor_sharpe", "baseline_linear_sharpe")
+METRICS = (
+    "rank_ic_mean",
+    "rank_ic_se",
+    "icir",
+    "ndcg",
+    "sharpe",
+    "sharpe_ex_best_month",
+    "ann_return",
+    "oracle_rank_ic",
+    "signal_capture",
+    "baseline_factor_rank_ic_mean",
+    "baseline_factor_rank_ic_se",
+    "baseline_linear_rank_ic_mean",
+    "baseline_linear_rank_ic_se",
+    "model_minus_factor_rank_ic",
+    "model_minus_factor_rank_ic_se",
+    "baseline_factor_sharpe",
+    "baseline_linear_sharpe",
+)
 
 
-def run_model(model: str, market: Any, panel: Any, data_fp: str, args: argparse.Namespace,
-              cache_dir: Path) -> dict[str, Any]:
-    choices = {"model": model, "features": "all", "label": "default", "backtest": "default",
-               "portfolio": "equal", "data": "synthetic"}
+def run_model(
+    model: str, market: Any, panel: Any, data_fp: str, args: argparse.Namespace, cache_dir: Path
+) -> dict[str, Any]:
+    choices = {
+        "model": model,
+        "features": "all",
+        "label": "default",
+        "backtest": "default",
+        "portfolio": "equal",
+        "data": "synthetic",
+    }
     first = model == args.models[0]
     overrides = [o for o in args.set if first or not o.startswith("model.")]
     parts = build_parts(choices, overrides)
@@ -110,30 +137,53 @@ def run_model(model: str, market: Any, panel: Any, data_fp: str, args: argparse.
     def on_fold(outcome: Any, n_folds: int) -> None:
         now = time.perf_counter()
         fit = getattr(made[-1], "last_fit", {}) or {}
-        folds.append({"fold": outcome.fold, "wall_s": now - last[0], "fit_predict_s": outcome.metrics["fit_seconds"],
-                      "rank_ic": outcome.metrics["rank_ic"], "epochs": fit.get("epochs"),
-                      "best_epoch": fit.get("best_epoch", fit.get("best_iteration")), "device": fit.get("device")})
+        folds.append(
+            {
+                "fold": outcome.fold,
+                "wall_s": now - last[0],
+                "fit_predict_s": outcome.metrics["fit_seconds"],
+                "rank_ic": outcome.metrics["rank_ic"],
+                "epochs": fit.get("epochs"),
+                "best_epoch": fit.get("best_epoch", fit.get("best_iteration")),
+                "device": fit.get("device"),
+            }
+        )
         last[0] = now
-        print(f"  fold {outcome.fold + 1:>2}/{n_folds}: {folds[-1]['fit_predict_s']:6.2f} s, rank IC "
-              f"{outcome.metrics['rank_ic']:+.4f}, epochs/trees {folds[-1]['epochs'] or folds[-1]['best_epoch']}",
-              flush=True)
+        print(
+            f"  fold {outcome.fold + 1:>2}/{n_folds}: {folds[-1]['fit_predict_s']:6.2f} s, rank IC "
+            f"{outcome.metrics['rank_ic']:+.4f}, epochs/trees {folds[-1]['epochs'] or folds[-1]['best_epoch']}",
+            flush=True,
+        )
 
     options = EngineOptions(feature_cache_dir=cache_dir, checkpoint_dir=None, audit_cutoffs=args.audit_cutoffs)
     label = parts["label"]
     last[0] = time.perf_counter()
     result = run_backtest(
-        plan, features=parts["features"], ranker_factory=factory, data_fingerprint=data_fp, options=options,
-        seed=parts["seed"], on_fold=on_fold, oracle=oracle_scores(market, label.holding_days),
+        plan,
+        features=parts["features"],
+        ranker_factory=factory,
+        data_fingerprint=data_fp,
+        options=options,
+        seed=parts["seed"],
+        on_fold=on_fold,
+        oracle=oracle_scores(market, label.holding_days),
     )
     wall = time.perf_counter() - t0
     per_fold = np.array([f["fit_predict_s"] for f in folds])
     return {
-        "model": model, "wall_s": wall, "timings": result.timings, "n_folds": len(folds),
-        "fold_s_mean": float(per_fold.mean()), "fold_s_median": float(np.median(per_fold)),
-        "fold_s_first": float(per_fold[0]), "fold_s_max": float(per_fold.max()),
+        "model": model,
+        "wall_s": wall,
+        "timings": result.timings,
+        "n_folds": len(folds),
+        "fold_s_mean": float(per_fold.mean()),
+        "fold_s_median": float(np.median(per_fold)),
+        "fold_s_first": float(per_fold[0]),
+        "fold_s_max": float(per_fold.max()),
         "fold_s_mean_after_first": float(per_fold[1:].mean()) if len(per_fold) > 1 else float("nan"),
         "metrics": {k: float(result.metrics[k]) for k in METRICS if k in result.metrics},
-        "folds": folds, "n_features": len(result.feature_names), "ndcg_depth": result.ndcg_depth,
+        "folds": folds,
+        "n_features": len(result.feature_names),
+        "ndcg_depth": result.ndcg_depth,
         "model_config": parts["config"]["model"],
     }
 
@@ -142,10 +192,14 @@ def report(res: dict[str, Any]) -> None:
     m, t = res["metrics"], res["timings"]
     print(f"\n{res['model']} ({res['n_folds']} folds, {res['n_features']} features):")
     print("  engine timings   " + ", ".join(f"{k} {v:.1f}" for k, v in t.items()))
-    print(f"  per fold         mean {res['fold_s_mean']:.2f} s, median {res['fold_s_median']:.2f} s, first "
-          f"{res['fold_s_first']:.2f} s, max {res['fold_s_max']:.2f} s")
-    print(f"  rank IC          {m['rank_ic_mean']:+.4f} (s.e. {m.get('rank_ic_se', float('nan')):.4f}), "
-          f"NDCG@{res['ndcg_depth']} {m.get('ndcg', float('nan')):.4f}, Sharpe {m.get('sharpe', float('nan')):+.2f}")
+    print(
+        f"  per fold         mean {res['fold_s_mean']:.2f} s, median {res['fold_s_median']:.2f} s, first "
+        f"{res['fold_s_first']:.2f} s, max {res['fold_s_max']:.2f} s"
+    )
+    print(
+        f"  rank IC          {m['rank_ic_mean']:+.4f} (s.e. {m.get('rank_ic_se', float('nan')):.4f}), "
+        f"NDCG@{res['ndcg_depth']} {m.get('ndcg', float('nan')):.4f}, Sharpe {m.get('sharpe', float('nan')):+.2f}"
+    )
     for name in ("factor", "linear"):
         key = f"baseline_{name}_rank_ic_mean"
         if key in m:
@@ -154,13 +208,21 @@ def report(res: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=["stock_transformer", "lambdarank"],
-                        help="conf/model options, run in this order on the same folds")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=["stock_transformer", "lambdarank"],
+        help="conf/model options, run in this order on the same folds",
+    )
     parser.add_argument("--folds", type=int, default=0, help="run only the first N folds (0 = all)")
     parser.add_argument("--audit-cutoffs", type=int, default=3, help="the engine's feature audit (default 3)")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="config overrides, e.g. model.training.compile=default (model.* keys apply to the "
-                             "first model only)")
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides, e.g. model.training.compile=default (model.* keys apply to the first model only)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -193,17 +255,21 @@ def main() -> None:
             if args.out:
                 args.out.write_text(json.dumps(results, indent=2, default=str))
     if "total_wall_s" in results:
-        print(f"\ntotal wall time of the first model's backtest, market generation and features included: "
-              f"{results['total_wall_s']:.1f} s [target <= 600 s]")
+        print(
+            f"\ntotal wall time of the first model's backtest, market generation and features included: "
+            f"{results['total_wall_s']:.1f} s [target <= 600 s]"
+        )
     done = [r for r in results["runs"] if "metrics" in r]
     if done:
         print(f"\n{'model':<22} {'rank IC':>8} {'s.e.':>7} {'factor':>8} {'linear':>8} {'s/fold':>7} {'wall s':>7}")
         for r in done:
             m = r["metrics"]
-            print(f"{r['model']:<22} {m['rank_ic_mean']:+8.4f} {m.get('rank_ic_se', float('nan')):7.4f} "
-                  f"{m.get('baseline_factor_rank_ic_mean', float('nan')):+8.4f} "
-                  f"{m.get('baseline_linear_rank_ic_mean', float('nan')):+8.4f} {r['fold_s_mean']:7.2f} "
-                  f"{r['wall_s']:7.1f}")
+            print(
+                f"{r['model']:<22} {m['rank_ic_mean']:+8.4f} {m.get('rank_ic_se', float('nan')):7.4f} "
+                f"{m.get('baseline_factor_rank_ic_mean', float('nan')):+8.4f} "
+                f"{m.get('baseline_linear_rank_ic_mean', float('nan')):+8.4f} {r['fold_s_mean']:7.2f} "
+                f"{r['wall_s']:7.1f}"
+            )
     if args.out:
         args.out.write_text(json.dumps(results, indent=2, default=str))
 

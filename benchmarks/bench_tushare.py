@@ -48,8 +48,11 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    panel = generate_market(SyntheticMarketConfig(n_stocks=args.n_stocks, n_members=min(300, args.n_stocks * 2 // 3),
-                                                  start=args.start, end=args.end))
+    panel = generate_market(
+        SyntheticMarketConfig(
+            n_stocks=args.n_stocks, n_members=min(300, args.n_stocks * 2 // 3), start=args.start, end=args.end
+        )
+    )
     tables = panel_to_tushare(panel)
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
@@ -69,16 +72,27 @@ def main() -> None:
 
     assert isinstance(imported, pd.DataFrame) and imported.index.equals(panel.index)
     trading = ~panel["is_suspended"].to_numpy()
-    same = all(np.allclose(imported[c].to_numpy()[trading], panel[c].to_numpy()[trading], rtol=1e-12, equal_nan=True)
-               for c in panel.columns if panel[c].dtype.kind == "f")
-    print(f"panel: {len(panel):,} rows, {panel.index.get_level_values('code').nunique()} stocks, "
-          f"{panel.index.get_level_values('date').nunique()} days; round trip exact: {same}")
-    print(f"baseline pd.read_parquet(canonical panel): {io_s:.3f} s; read_panel(same file): {base_s:.3f} s "
-          f"(medians of {args.repeat})")
-    print(f"import_tushare(parquet, {size['pq']:.1f} MiB): {pq_s:.3f} s = {pq_s / io_s:.1f}x read_parquet "
-          f"[target <= 10x], {pq_s / base_s:.2f}x read_panel [target <= 1x]; {len(panel) / pq_s / 1e6:.2f} M rows/s")
-    print(f"import_tushare(csv, {size['csv']:.1f} MiB): {csv_s:.3f} s = {csv_s / io_s:.1f}x read_parquet, "
-          f"{csv_s / base_s:.2f}x read_panel")
+    same = all(
+        np.allclose(imported[c].to_numpy()[trading], panel[c].to_numpy()[trading], rtol=1e-12, equal_nan=True)
+        for c in panel.columns
+        if panel[c].dtype.kind == "f"
+    )
+    print(
+        f"panel: {len(panel):,} rows, {panel.index.get_level_values('code').nunique()} stocks, "
+        f"{panel.index.get_level_values('date').nunique()} days; round trip exact: {same}"
+    )
+    print(
+        f"baseline pd.read_parquet(canonical panel): {io_s:.3f} s; read_panel(same file): {base_s:.3f} s "
+        f"(medians of {args.repeat})"
+    )
+    print(
+        f"import_tushare(parquet, {size['pq']:.1f} MiB): {pq_s:.3f} s = {pq_s / io_s:.1f}x read_parquet "
+        f"[target <= 10x], {pq_s / base_s:.2f}x read_panel [target <= 1x]; {len(panel) / pq_s / 1e6:.2f} M rows/s"
+    )
+    print(
+        f"import_tushare(csv, {size['csv']:.1f} MiB): {csv_s:.3f} s = {csv_s / io_s:.1f}x read_parquet, "
+        f"{csv_s / base_s:.2f}x read_panel"
+    )
     print(f"process peak RSS: {rss:.0f} MiB")
 
 

@@ -39,8 +39,11 @@ LEVERS: dict[str, list[str]] = {
     "es50_ff0.8": ["model.config.early_stopping_rounds=50", "model.config.feature_fraction=0.8"],  # the
     # defaults before early stopping after 10 rounds and half the features per tree
     "goss": ["+model.config.extra.data_sample_strategy=goss"],
-    "bag_query": ["+model.config.extra.bagging_by_query=true", "+model.config.extra.bagging_fraction=0.5",
-                  "+model.config.extra.bagging_freq=1"],
+    "bag_query": [
+        "+model.config.extra.bagging_by_query=true",
+        "+model.config.extra.bagging_fraction=0.5",
+        "+model.config.extra.bagging_freq=1",
+    ],
     "bin_sample": ["+model.config.extra.bin_construct_sample_cnt=50000"],
     "es20": ["model.config.early_stopping_rounds=20"],
     "es50": ["model.config.early_stopping_rounds=50"],
@@ -59,8 +62,10 @@ def main() -> None:
     args = parser.parse_args()
     common = SCHEDULES[args.schedule] + ([f"backtest.test_end={args.test_end}"] if args.test_end else []) + args.extra
     base = None
-    print(f"{'case':10} {'wall s':>7} {'RSS GiB':>7} {'folds':>5} {'trees':>6} {'fit s/fold':>10} "
-          f"{'rank IC':>8} {'s.e.':>7} {'vs base':>8} {'load':>5}  stages (s)")
+    print(
+        f"{'case':10} {'wall s':>7} {'RSS GiB':>7} {'folds':>5} {'trees':>6} {'fit s/fold':>10} "
+        f"{'rank IC':>8} {'s.e.':>7} {'vs base':>8} {'load':>5}  stages (s)"
+    )
     for name in args.levers:
         job = run_main_job(common + LEVERS[name], timeout_s=5400)
         if job.returncode != 0:
@@ -70,9 +75,12 @@ def main() -> None:
         base = base or job
         diff = (ic - base.metrics["rank_ic_mean"]) / base.metrics["rank_ic_se"]
         stages = " ".join(f"{k[:-2]} {v:.0f}" for k, v in job.stages.items() if k != "total_s")
-        print(f"{name:10} {job.wall_s:7.1f} {job.peak_rss_gib:7.2f} {job.metrics['n_folds']:5.0f} "
-              f"{job.fold_mean('trees'):6.1f} {job.fold_mean('fit_seconds'):10.2f} {ic:+8.4f} {se:7.4f} "
-              f"{diff:+7.2f}se {job.load:5.2f}  {stages}", flush=True)
+        print(
+            f"{name:10} {job.wall_s:7.1f} {job.peak_rss_gib:7.2f} {job.metrics['n_folds']:5.0f} "
+            f"{job.fold_mean('trees'):6.1f} {job.fold_mean('fit_seconds'):10.2f} {ic:+8.4f} {se:7.4f} "
+            f"{diff:+7.2f}se {job.load:5.2f}  {stages}",
+            flush=True,
+        )
         peaks = " ".join(f"{k} {v:.2f}" for k, v in job.stage_peaks_gib.items())
         print(f"{'':10} peak RSS so far after each stage (GiB): {peaks}", flush=True)
 

@@ -52,13 +52,26 @@ def run_main_job(overrides: list[str], *, timeout_s: float = 3600.0, keep: Path 
     """Run ``python -m backtest *overrides`` from a cold cache into a store of its own; measure it."""
     with tempfile.TemporaryDirectory(prefix="e2e-", dir=keep) as tmp:
         store = f"sqlite:///{tmp}/mlruns.db"
-        command = [sys.executable, "-m", "backtest", *overrides, f"engine.cache_dir={tmp}/cache",
-                   f"tracking.uri={store}", f"hydra.run.dir={tmp}/run", "hydra.verbose=backtest.engine"]
+        command = [
+            sys.executable,
+            "-m",
+            "backtest",
+            *overrides,
+            f"engine.cache_dir={tmp}/cache",
+            f"tracking.uri={store}",
+            f"hydra.run.dir={tmp}/run",
+            "hydra.verbose=backtest.engine",
+        ]
         load = os.getloadavg()[0]
         log = open(f"{tmp}/out.log", "w+")
         t0 = time.perf_counter()
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT_DIR,
-                                env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+        proc = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=PROJECT_DIR,
+            env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
+        )
         deadline = time.monotonic() + timeout_s
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)

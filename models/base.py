@@ -127,8 +127,10 @@ class RankerBase:
         ranker whose whole state is its fitted attributes; a ranker whose ``prepare`` builds something
         worth keeping (LambdaRank's binned panel) overrides it."""
         if type(other) is not type(self):
-            raise TypeError(f"{type(self).__name__}.adopt_state: expected a {type(self).__name__}, "
-                            f"received a {type(other).__name__}.")
+            raise TypeError(
+                f"{type(self).__name__}.adopt_state: expected a {type(self).__name__}, "
+                f"received a {type(other).__name__}."
+            )
         vars(self).update(vars(other))
 
     @property
@@ -185,8 +187,11 @@ def label_processing_fix(ranker: object, processing: str) -> str:
     cls = ranker if isinstance(ranker, type) else type(ranker)
     accepted = getattr(cls, "accepted_labels", frozenset())
     labels = " or ".join(_label_choice(p) for p in PROCESSINGS if p in accepted)
-    models = [name for name, target in model_families().items()
-              if not target.endswith(f":{cls.__name__}") and processing in _accepted_labels_of(target)]
+    models = [
+        name
+        for name, target in model_families().items()
+        if not target.endswith(f":{cls.__name__}") and processing in _accepted_labels_of(target)
+    ]
     return labels + (f", or {' or '.join(f'model={m}' for m in models)}" if models else "")
 
 
@@ -237,8 +242,10 @@ def _label_choice(processing: str) -> str:
     """The config choices that give ``processing``: ``label=NAME`` for each label config that sets it,
     with the processing in brackets where the name differs; ``label.processing=...`` without one."""
     names = sorted(name for name, value in label_configs().items() if value == processing)
-    return " or ".join(f"label={n}" + ("" if n == processing else f" ({processing})") for n in names) \
+    return (
+        " or ".join(f"label={n}" + ("" if n == processing else f" ({processing})") for n in names)
         or f"label.processing={processing}"
+    )
 
 
 def _config_group(group: str) -> dict[str, dict[str, Any]]:

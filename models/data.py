@@ -239,7 +239,7 @@ class RankingData:
             return [x.source[:0]]
         cut = np.flatnonzero(np.diff(rows) != 1) + 1
         first, last = rows[np.r_[0, cut]], rows[np.r_[cut - 1, len(rows) - 1]]
-        return [x.source[a:b + 1] for a, b in zip(first.tolist(), last.tolist(), strict=True)]
+        return [x.source[a : b + 1] for a, b in zip(first.tolist(), last.tolist(), strict=True)]
 
     def row_span(self) -> tuple[np.ndarray, np.ndarray]:
         """The rows of ``X`` as one contiguous view of the array they live in, from the first sample's
@@ -251,7 +251,7 @@ class RankingData:
         if not len(x.rows):
             return x.source[:0], np.zeros(0, dtype=np.int64)
         first = int(x.rows[0])
-        return x.source[first:int(x.rows[-1]) + 1], x.rows - first
+        return x.source[first : int(x.rows[-1]) + 1], x.rows - first
 
     def feature_values(self, rows: np.ndarray | slice) -> np.ndarray:
         """``X[rows]``, float32; for data ``take``-n at scattered rows, without copying the rest of ``X``."""

@@ -134,8 +134,11 @@ class LambdaRankConfig:
                 f"model.early_stopping_metric: expected one of {', '.join(EARLY_STOPPING_METRICS)}, received "
                 f"{self.early_stopping_metric!r}.\n  fix: model.config.early_stopping_metric=rank_ic"
             )
-        if isinstance(self.min_rounds, bool) or not isinstance(self.min_rounds, int) or not (
-                1 <= self.min_rounds <= self.num_boost_round):
+        if (
+            isinstance(self.min_rounds, bool)
+            or not isinstance(self.min_rounds, int)
+            or not (1 <= self.min_rounds <= self.num_boost_round)
+        ):
             raise ConfigError(
                 f"model.min_rounds: expected an integer in [1, num_boost_round={self.num_boost_round}], received "
                 f"{self.min_rounds!r}.\n  fix: model.config.min_rounds=1 (no minimum)"
@@ -275,7 +278,11 @@ class BinnedPanel:
     bin_columns = 48
 
     def __init__(
-        self, data: RankingData, params: dict[str, Any], *, history_end: np.datetime64 | None = None,
+        self,
+        data: RankingData,
+        params: dict[str, Any],
+        *,
+        history_end: np.datetime64 | None = None,
     ) -> None:
         t0 = time.perf_counter()
         self.source = data
@@ -304,7 +311,11 @@ class BinnedPanel:
         # then pushed into them a batch at a time.
         reference = self._bin_edges(data.feature_blocks(n_ref), names)
         self.dataset = lgb.Dataset(
-            _Rows(data), label=placeholder, reference=reference, feature_name=names, params=self.params,
+            _Rows(data),
+            label=placeholder,
+            reference=reference,
+            feature_name=names,
+            params=self.params,
         ).construct()
         # The bins are copied into the dataset: the edges' Dataset (the first n_ref rows, binned) would
         # otherwise stay referenced for as long as the panel lives.
@@ -312,7 +323,10 @@ class BinnedPanel:
         self.bin_rows = n_ref
         log.info(
             "BinnedPanel: %d samples x %d features binned in %.1fs (edges from the first %d samples)",
-            data.n_samples, data.n_features, time.perf_counter() - t0, n_ref,
+            data.n_samples,
+            data.n_features,
+            time.perf_counter() - t0,
+            n_ref,
         )
 
     def _bin_edges(self, blocks: list[np.ndarray], names: list[str]) -> lgb.Dataset:
@@ -331,8 +345,11 @@ class BinnedPanel:
         for start in range(0, len(names), self.bin_columns):
             cols = slice(start, start + self.bin_columns)
             part = lgb.Dataset(
-                [np.ascontiguousarray(b[:, cols]) for b in blocks], label=label, feature_name=names[cols],
-                params=self.params, free_raw_data=True,
+                [np.ascontiguousarray(b[:, cols]) for b in blocks],
+                label=label,
+                feature_name=names[cols],
+                params=self.params,
+                free_raw_data=True,
             ).construct()
             if reference is None:
                 reference = part
@@ -487,7 +504,10 @@ class LambdaRankRanker(RankerBase):
             raise DataContractError(f"LambdaRankRanker.{what}: no samples.")
 
     def _dataset(
-        self, data: RankingData, reference: lgb.Dataset | None, params: dict[str, Any],
+        self,
+        data: RankingData,
+        reference: lgb.Dataset | None,
+        params: dict[str, Any],
         previous: lgb.Booster | None,
     ) -> lgb.Dataset:
         """``data`` as a training or validation Dataset; continuing ``previous``, its rows start from
@@ -502,8 +522,13 @@ class LambdaRankRanker(RankerBase):
                 ds.set_init_score(init)
             return ds
         return lgb.Dataset(
-            data.X, label=data.relevance.astype(np.float32), group=data.group_sizes(), reference=reference,
-            init_score=init, feature_name=list(data.feature_names), params=params,
+            data.X,
+            label=data.relevance.astype(np.float32),
+            group=data.group_sizes(),
+            reference=reference,
+            init_score=init,
+            feature_name=list(data.feature_names),
+            params=params,
         )
 
     def _scores(self, booster: lgb.Booster, data: RankingData) -> np.ndarray:
@@ -513,7 +538,8 @@ class LambdaRankRanker(RankerBase):
         span, at = data.row_span()
         spread = len(span) > 2 * len(at)
         scores = booster.predict(
-            data.feature_values(slice(None)) if spread else span, num_iteration=booster.best_iteration or None,
+            data.feature_values(slice(None)) if spread else span,
+            num_iteration=booster.best_iteration or None,
             num_threads=self.config.num_threads,
         )
         return np.asarray(scores if spread else scores[at], dtype=np.float64)
@@ -534,9 +560,7 @@ class LambdaRankRanker(RankerBase):
                 raise DataContractError("LambdaRankRanker.fit: train and valid have different features.")
         if self.booster is not None and train.feature_names != self.feature_names:
             self.booster, self.fits_since_refit = None, 0  # another feature set: nothing to continue
-        warm = (
-            cfg.warm_start and self.booster is not None and 0 < self.fits_since_refit < cfg.full_refit_every
-        )
+        warm = cfg.warm_start and self.booster is not None and 0 < self.fits_since_refit < cfg.full_refit_every
         t0 = time.perf_counter()
         params = cfg.lgb_params()
         previous = self.booster if warm else None
@@ -555,8 +579,13 @@ class LambdaRankRanker(RankerBase):
         rounds = cfg.warm_start_rounds if warm else cfg.num_boost_round
         init_iter = previous.current_iteration() if previous is not None else 0
         booster = lgb.train(
-            params, train_ds, num_boost_round=rounds, valid_sets=valid_sets, valid_names=valid_names,
-            callbacks=callbacks, feval=feval,
+            params,
+            train_ds,
+            num_boost_round=rounds,
+            valid_sets=valid_sets,
+            valid_names=valid_names,
+            callbacks=callbacks,
+            feval=feval,
         )
         if previous is not None:
             booster = _continued(previous, booster)
@@ -574,8 +603,13 @@ class LambdaRankRanker(RankerBase):
         }
         log.info(
             "LambdaRank %s fit: %d days, %d samples, %d trees (best %d), %.1fs%s",
-            self.last_fit["kind"], train.n_days, train.n_samples, booster.current_iteration(), best,
-            self.last_fit["seconds"], f", valid {self.last_fit['best_score']}" if valid is not None else "",
+            self.last_fit["kind"],
+            train.n_days,
+            train.n_samples,
+            booster.current_iteration(),
+            best,
+            self.last_fit["seconds"],
+            f", valid {self.last_fit['best_score']}" if valid is not None else "",
         )
         return self
 

@@ -78,15 +78,12 @@ class StockTransformerConfig:
             problems.append(f"n_features={self.n_features} must be >= 0 and window={self.window} >= 1")
         if self.d_model % self.n_heads or self.d_model % self.cross_heads:
             problems.append(
-                f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} and "
-                f"cross_heads={self.cross_heads}"
+                f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} and cross_heads={self.cross_heads}"
             )
         if not self.scales or min(self.scales) < 1 or max(self.scales) > self.window:
             problems.append(f"scales={self.scales} must lie in [1, window={self.window}]")
         if self.moe and not 1 <= self.experts_per_stock <= self.n_experts:
-            problems.append(
-                f"experts_per_stock={self.experts_per_stock} must lie in [1, n_experts={self.n_experts}]"
-            )
+            problems.append(f"experts_per_stock={self.experts_per_stock} must lie in [1, n_experts={self.n_experts}]")
         if self.max_attention_batch < 2:
             problems.append(f"max_attention_batch={self.max_attention_batch} must be >= 2")
         if problems:
@@ -112,8 +109,14 @@ class StockTransformerConfig:
 EXPLICIT_ATTENTION_MAX_LENGTH = 64
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-              dropout: float, explicit: bool | None = None) -> torch.Tensor:
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    dropout: float,
+    explicit: bool | None = None,
+) -> torch.Tensor:
     """Scaled dot-product attention of (batch, heads, length, head_dim) tensors, dropout on the
     attention weights.
 

@@ -103,8 +103,11 @@ class TransformerTrainingConfig:
         if self.loss not in LOSSES:
             problems.append(f"loss={self.loss!r} must be one of {sorted(LOSSES)}")
         if self.early_stopping_metric not in EARLY_STOPPING_METRICS:
-            hint = " (the depth is ndcg_depth: early_stopping_metric=ndcg)" if self.early_stopping_metric.startswith(
-                "ndcg@") else ""
+            hint = (
+                " (the depth is ndcg_depth: early_stopping_metric=ndcg)"
+                if self.early_stopping_metric.startswith("ndcg@")
+                else ""
+            )
             problems.append(
                 f"early_stopping_metric={self.early_stopping_metric!r} must be one of {EARLY_STOPPING_METRICS}{hint}"
             )
@@ -282,8 +285,9 @@ class StockTransformerRanker(RankerBase):
         with _torch_session(device, cfg.seed, cfg.num_threads):
             network = StockTransformer(arch).to(device)
             forward = torch.compile(network, mode=cfg.compile) if cfg.compile else network
-            optimizer = torch.optim.AdamW(_param_groups(network, cfg.weight_decay), lr=cfg.learning_rate,
-                                          fused=device.type == "cuda")  # one kernel per step on CUDA
+            optimizer = torch.optim.AdamW(
+                _param_groups(network, cfg.weight_decay), lr=cfg.learning_rate, fused=device.type == "cuda"
+            )  # one kernel per step on CUDA
             tr = self._days(train)
             va = self._days(valid) if valid is not None else None
             steps_per_epoch = math.ceil(tr.n_days / cfg.days_per_step)
@@ -411,8 +415,11 @@ class StockTransformerRanker(RankerBase):
             if rows is not None:
                 return wide, date_pos[rows], code_pos[rows]
         if data.wide is None:
-            log.info("StockTransformerRanker: %d days without a wide tensor or a prepared lineage: windows "
-                     "hold only the history inside this data", data.n_days)
+            log.info(
+                "StockTransformerRanker: %d days without a wide tensor or a prepared lineage: windows "
+                "hold only the history inside this data",
+                data.n_days,
+            )
         return data.window_source()
 
     def _days(self, data: RankingData) -> DayBatches:
@@ -429,8 +436,11 @@ class StockTransformerRanker(RankerBase):
         rel_m, _ = data.day_matrix(rel.astype(np.float32), fill=0.0)
         device = self.device
         shared = self._device_wide is not None and self._device_wide[0] is wide
-        dev_wide = self._wide_on_device(wide) if data.wide is not None or shared else torch.from_numpy(
-            np.nan_to_num(wide, nan=0.0, posinf=0.0, neginf=0.0)).to(device)
+        dev_wide = (
+            self._wide_on_device(wide)
+            if data.wide is not None or shared
+            else torch.from_numpy(np.nan_to_num(wide, nan=0.0, posinf=0.0, neginf=0.0)).to(device)
+        )
         return DayBatches(
             date_pos=torch.as_tensor(day_date, dtype=torch.long, device=device),
             code_pos=torch.as_tensor(codes, dtype=torch.long, device=device),

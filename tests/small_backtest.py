@@ -23,8 +23,9 @@ from models.lambdarank import LambdaRankConfig, LambdaRankRanker
 MARKET = SyntheticMarketConfig(seed=7, n_stocks=60, n_members=40, start="2021-01-01", end="2022-12-31")
 #: the keyword arguments of the small run's RollingSchedule (tests vary one of them)
 SCHEDULE = dict(retrain_every=20, train_window=100, valid_days=10, embargo=2, test_start="2022-07-01")
-FEATURES = FeatureSetSpec(name="small", indicators=("ret_5d", "ret_20d", "vol_20d", "mf_main_net_rate", "rsi_14"),
-                          windows=(5,))
+FEATURES = FeatureSetSpec(
+    name="small", indicators=("ret_5d", "ret_20d", "vol_20d", "mf_main_net_rate", "rsi_14"), windows=(5,)
+)
 
 
 def small_ranker(**kw) -> LambdaRankRanker:
@@ -35,13 +36,21 @@ def small_ranker(**kw) -> LambdaRankRanker:
 def plan(panel: pd.DataFrame, schedule: RollingSchedule | None = None) -> BacktestPlan:
     """The small run's plan on ``panel``: the default label and portfolio, ``SCHEDULE`` unless ``schedule``
     is given."""
-    return plan_backtest(panel, label=LabelSpec(), schedule=schedule or RollingSchedule(**SCHEDULE),
-                         portfolio=PortfolioSpec())
+    return plan_backtest(
+        panel, label=LabelSpec(), schedule=schedule or RollingSchedule(**SCHEDULE), portfolio=PortfolioSpec()
+    )
 
 
-def backtest(panel: pd.DataFrame, schedule: RollingSchedule | None = None, factory=small_ranker,
-             **options) -> BacktestResult:
+def backtest(
+    panel: pd.DataFrame, schedule: RollingSchedule | None = None, factory=small_ranker, **options
+) -> BacktestResult:
     """The small run on ``panel`` (``SCHEDULE`` unless ``schedule`` is given); ``options`` are EngineOptions
     fields."""
-    return run_backtest(plan(panel, schedule), features=FEATURES, ranker_factory=factory,
-                        data_fingerprint=panel_fingerprint(panel), options=EngineOptions(**options), seed=3)
+    return run_backtest(
+        plan(panel, schedule),
+        features=FEATURES,
+        ranker_factory=factory,
+        data_fingerprint=panel_fingerprint(panel),
+        options=EngineOptions(**options),
+        seed=3,
+    )

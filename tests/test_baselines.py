@@ -156,8 +156,9 @@ def test_every_run_reports_its_baselines_from_their_own_scores(tiny_panel) -> No
     assert m["model_minus_factor_sharpe"] == pytest.approx(m["sharpe"] - m["baseline_factor_sharpe"])
     low, high = m["model_minus_factor_sharpe_ci_low"], m["model_minus_factor_sharpe_ci_high"]
     assert low < m["model_minus_factor_sharpe"] < high
-    assert m["model_minus_factor_rank_ic"] == pytest.approx(m["rank_ic_mean"] - m["baseline_factor_rank_ic_mean"],
-                                                            abs=2e-3)
+    assert m["model_minus_factor_rank_ic"] == pytest.approx(
+        m["rank_ic_mean"] - m["baseline_factor_rank_ic_mean"], abs=2e-3
+    )
     assert 0 < m["model_minus_factor_rank_ic_se"] < 0.1
     assert len(base.choices) == m["n_folds"] and set(base.choices["feature"]) <= set(result.feature_names)
 
@@ -170,8 +171,14 @@ def test_the_oracle_bounds_what_a_model_captures(tiny_market) -> None:
     oracle = oracle_scores(tiny_market, label.holding_days)
     panel = tiny_market.panel
     plan = plan_backtest(panel, label=label, schedule=RollingSchedule(**SCHEDULE), portfolio=PortfolioSpec())
-    result = run_backtest(plan, features=FEATURES, ranker_factory=small_ranker,
-                          data_fingerprint=panel_fingerprint(panel), seed=3, oracle=oracle)
+    result = run_backtest(
+        plan,
+        features=FEATURES,
+        ranker_factory=small_ranker,
+        data_fingerprint=panel_fingerprint(panel),
+        seed=3,
+        oracle=oracle,
+    )
     m = result.metrics
     fwd = result.labels.fwd_return.reindex(result.scores.index)
     assert m["oracle_rank_ic"] == pytest.approx(rank_ic_mean(oracle.reindex(result.scores.index), fwd))
@@ -185,13 +192,25 @@ def test_the_comparison_reads_the_runs_metrics_and_says_what_the_difference_mean
     from backtest.reports.summary import baseline_lines
     from backtest.reports.tearsheet import RunEvidence, robustness_html
 
-    m = {"rank_ic_mean": 0.046, "rank_ic_se": 0.0044, "sharpe": 1.17, "sharpe_ex_best_month": 0.57,
-         "baseline_factor_rank_ic_mean": 0.039, "baseline_factor_rank_ic_se": 0.0045, "baseline_factor_sharpe": 1.58,
-         "baseline_factor_sharpe_ex_best_month": 1.25, "baseline_equal_weight_sharpe": 0.73,
-         "baseline_equal_weight_sharpe_ex_best_month": 0.12, "oracle_rank_ic": 0.232, "signal_capture": 0.198,
-         "model_minus_factor_rank_ic": 0.007, "model_minus_factor_rank_ic_se": 0.0047,
-         "model_minus_factor_sharpe": -0.41, "model_minus_factor_sharpe_ci_low": -2.05,
-         "model_minus_factor_sharpe_ci_high": 1.33}
+    m = {
+        "rank_ic_mean": 0.046,
+        "rank_ic_se": 0.0044,
+        "sharpe": 1.17,
+        "sharpe_ex_best_month": 0.57,
+        "baseline_factor_rank_ic_mean": 0.039,
+        "baseline_factor_rank_ic_se": 0.0045,
+        "baseline_factor_sharpe": 1.58,
+        "baseline_factor_sharpe_ex_best_month": 1.25,
+        "baseline_equal_weight_sharpe": 0.73,
+        "baseline_equal_weight_sharpe_ex_best_month": 0.12,
+        "oracle_rank_ic": 0.232,
+        "signal_capture": 0.198,
+        "model_minus_factor_rank_ic": 0.007,
+        "model_minus_factor_rank_ic_se": 0.0047,
+        "model_minus_factor_sharpe": -0.41,
+        "model_minus_factor_sharpe_ci_low": -2.05,
+        "model_minus_factor_sharpe_ci_high": 1.33,
+    }
     table = comparison_table(m)
     rows = ["model", "best single factor", "equal weight", "oracle (planted observable components)"]
     assert list(table.index) == rows  # no linear baseline in these metrics: no row

@@ -33,8 +33,9 @@ def test_compile_fills_numbas_cache_so_that_a_build_compiles_nothing(tmp_path: P
     """`python -m backtest.cache compile` (the setup runs it) in one process; a later process that builds
     the default feature set on another market loads every kernel it calls from the cache."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-m", "backtest.cache", "compile"], env=env, capture_output=True,
-                          text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "backtest.cache", "compile"], env=env, capture_output=True, text=True, check=True
+    )
     assert "feature kernels compiled" in done.stdout
     build = """
 import json, numba

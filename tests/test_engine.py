@@ -89,23 +89,34 @@ class PrepareCounting(LambdaRankRanker):
         super().prepare(data, history_end=history_end)
 
 
-def test_folds_on_a_dask_cluster_equal_the_in_process_run_bitwise(result, tiny_panel, monkeypatch,
-                                                                  tmp_path: Path) -> None:
+def test_folds_on_a_dask_cluster_equal_the_in_process_run_bitwise(
+    result, tiny_panel, monkeypatch, tmp_path: Path
+) -> None:
     distributed = pytest.importorskip("distributed")
     scattered = []
     real_scatter = distributed.Client.scatter
 
     def spy(self, data, *args, **kwargs):
-        scattered.append(([type(x).__name__ for x in data] if isinstance(data, list) else type(data).__name__,
-                          kwargs.get("broadcast")))
+        scattered.append(
+            (
+                [type(x).__name__ for x in data] if isinstance(data, list) else type(data).__name__,
+                kwargs.get("broadcast"),
+            )
+        )
         return real_scatter(self, data, *args, **kwargs)
 
     monkeypatch.setattr(distributed.Client, "scatter", spy)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=None) as cluster:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as cluster:
         prepares = tmp_path / "prepares.txt"
-        on_cluster = backtest(tiny_panel, backend="dask", scheduler=cluster.scheduler_address, n_jobs=-1,
-                              factory=functools.partial(PrepareCounting, prepares))
+        on_cluster = backtest(
+            tiny_panel,
+            backend="dask",
+            scheduler=cluster.scheduler_address,
+            n_jobs=-1,
+            factory=functools.partial(PrepareCounting, prepares),
+        )
         prefixes = set(cluster.scheduler.task_prefixes)
     assert any(p.startswith("batch_of__stateless_fold") for p in prefixes), prefixes  # the workers ran the folds
     # each of the two workers binned the data once, not once per fold; this process did not
@@ -115,15 +126,17 @@ def test_folds_on_a_dask_cluster_equal_the_in_process_run_bitwise(result, tiny_p
     assert scattered == [(["RankingData", "RankingData", "Labels", "MultiIndex"], True)]
     assert np.array_equal(on_cluster.scores.to_numpy(), result.scores.to_numpy())
     pd.testing.assert_series_equal(on_cluster.scores, result.scores, check_exact=True)
-    pd.testing.assert_frame_equal(on_cluster.fold_metrics.drop(columns="fit_seconds"),
-                                  result.fold_metrics.drop(columns="fit_seconds"), check_exact=True)
+    pd.testing.assert_frame_equal(
+        on_cluster.fold_metrics.drop(columns="fit_seconds"),
+        result.fold_metrics.drop(columns="fit_seconds"),
+        check_exact=True,
+    )
     assert on_cluster.metrics.keys() == result.metrics.keys()
     for key, value in result.metrics.items():
         assert on_cluster.metrics[key] == value or (np.isnan(value) and np.isnan(on_cluster.metrics[key])), key
 
 
-def test_dask_without_a_scheduler_or_with_a_silent_one_is_refused_before_the_features(tiny_panel,
-                                                                                      monkeypatch) -> None:
+def test_dask_without_a_scheduler_or_with_a_silent_one_is_refused_before_the_features(tiny_panel, monkeypatch) -> None:
     with pytest.raises(ConfigError, match="needs its scheduler's address"):
         EngineOptions(backend="dask")
     monkeypatch.setattr(engine, "DASK_CONNECT_TIMEOUT_S", 1)
@@ -142,25 +155,34 @@ def test_killed_run_resumes_with_identical_results(result, tiny_panel, tmp_path:
 
     with pytest.raises(Killed):
         run_backtest(
-            plan(tiny_panel), features=FEATURES, ranker_factory=small_ranker,
+            plan(tiny_panel),
+            features=FEATURES,
+            ranker_factory=small_ranker,
             data_fingerprint=panel_fingerprint(tiny_panel),
-            options=EngineOptions(checkpoint_dir=tmp_path), seed=3, on_fold=kill_after_three,
+            options=EngineOptions(checkpoint_dir=tmp_path),
+            seed=3,
+            on_fold=kill_after_three,
         )
     saved = list(tmp_path.rglob("fold_*.npz"))
     assert len(saved) == 3
     seen = []
     resumed = run_backtest(
-        plan(tiny_panel), features=FEATURES, ranker_factory=small_ranker,
+        plan(tiny_panel),
+        features=FEATURES,
+        ranker_factory=small_ranker,
         data_fingerprint=panel_fingerprint(tiny_panel),
-        options=EngineOptions(checkpoint_dir=tmp_path), seed=3, on_fold=lambda o, n: seen.append(o.resumed),
+        options=EngineOptions(checkpoint_dir=tmp_path),
+        seed=3,
+        on_fold=lambda o, n: seen.append(o.resumed),
     )
     assert seen[:3] == [True, True, True] and not any(seen[3:])
     assert resumed.resumed_folds == 3 and resumed.resumed_from == resumed.code_fingerprint
     pd.testing.assert_series_equal(resumed.scores, result.scores)
 
 
-def test_changed_code_resumes_nothing_and_unchanged_code_resumes_every_fold(result, tiny_panel, tmp_path: Path,
-                                                                            monkeypatch) -> None:
+def test_changed_code_resumes_nothing_and_unchanged_code_resumes_every_fold(
+    result, tiny_panel, tmp_path: Path, monkeypatch
+) -> None:
     caches = dict(checkpoint_dir=tmp_path / "checkpoints", feature_cache_dir=tmp_path / "features")
     first = backtest(tiny_panel, **caches)
     assert first.code_fingerprint == code_fingerprint() and len(first.code_fingerprint) == 16
@@ -198,8 +220,9 @@ def test_warm_start_resume_is_identical(tiny_panel, tmp_path: Path) -> None:
             raise Killed
 
     opts = EngineOptions(checkpoint_dir=tmp_path)
-    kwargs = dict(features=FEATURES, ranker_factory=warm, data_fingerprint=panel_fingerprint(tiny_panel),
-                  options=opts, seed=3)
+    kwargs = dict(
+        features=FEATURES, ranker_factory=warm, data_fingerprint=panel_fingerprint(tiny_panel), options=opts, seed=3
+    )
     with pytest.raises(Killed):
         run_backtest(plan(tiny_panel), on_fold=kill, **kwargs)
     resumed = run_backtest(plan(tiny_panel), **kwargs)
@@ -221,11 +244,16 @@ def test_leak_demo_is_tagged_disabled(tiny_panel) -> None:
 
 def test_the_ndcg_is_at_the_portfolio_depth_not_the_models(tiny_panel) -> None:
     """The model early-stops at its configured NDCG@5; the run's ndcg is at the 3 stocks it buys."""
-    three = plan_backtest(tiny_panel, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE),
-                          portfolio=PortfolioSpec(top_k=3))
+    three = plan_backtest(
+        tiny_panel, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE), portfolio=PortfolioSpec(top_k=3)
+    )
     res = run_backtest(
-        three, features=FEATURES, ranker_factory=small_ranker, data_fingerprint=panel_fingerprint(tiny_panel),
-        options=EngineOptions(audit_cutoffs=0), seed=3,
+        three,
+        features=FEATURES,
+        ranker_factory=small_ranker,
+        data_fingerprint=panel_fingerprint(tiny_panel),
+        options=EngineOptions(audit_cutoffs=0),
+        seed=3,
     )
     assert small_ranker().ndcg_depth == 5 and res.ndcg_depth == 3
     relevance = res.labels.target.reindex(res.scores.index)
@@ -244,15 +272,21 @@ def test_a_look_ahead_feature_stops_the_run_and_is_named(tiny_panel) -> None:
     spec = FeatureSetSpec(name="leaky", indicators=("ret_5d", PLANTED[0].name), windows=(5,))
     with pytest.raises(FeatureAuditError, match=PLANTED[0].name):
         run_backtest(
-            plan(tiny_panel), features=spec, ranker_factory=small_ranker,
-            data_fingerprint=panel_fingerprint(tiny_panel), registry=registry,
+            plan(tiny_panel),
+            features=spec,
+            ranker_factory=small_ranker,
+            data_fingerprint=panel_fingerprint(tiny_panel),
+            registry=registry,
         )
 
 
 def test_top_k_selection_uses_only_data_before_the_first_decision(tiny_panel) -> None:
     spec = FeatureSetSpec(name="top3", indicators=FEATURES.indicators, windows=(5,), keep_by_gain=3)
     res = run_backtest(
-        plan(tiny_panel), features=spec, ranker_factory=small_ranker, data_fingerprint=panel_fingerprint(tiny_panel),
+        plan(tiny_panel),
+        features=spec,
+        ranker_factory=small_ranker,
+        data_fingerprint=panel_fingerprint(tiny_panel),
         seed=3,
     )
     assert len(res.feature_names) == 3

@@ -61,8 +61,16 @@ def test_forward_return_is_open_t_plus_1_to_open_t_plus_5() -> None:
 def test_label_end_counts_trading_days_not_calendar_days() -> None:
     # Around the 2024 National Day closure: 27 Sep, 30 Sep, then 8 Oct onwards.
     dates = exchange_calendar("2024-09-26", "2024-10-14")
-    assert [d.strftime("%m-%d") for d in dates] == ["09-26", "09-27", "09-30", "10-08", "10-09", "10-10",
-                                                    "10-11", "10-14"]
+    assert [d.strftime("%m-%d") for d in dates] == [
+        "09-26",
+        "09-27",
+        "09-30",
+        "10-08",
+        "10-09",
+        "10-10",
+        "10-11",
+        "10-14",
+    ]
     panel = make_panel({"A": [1.0, 2.0, 4.0, 5.0, 6.0, 8.0, 9.0, 10.0]}, dates=dates)
     labels = make_labels(panel, LabelSpec(processing="raw"))
 
@@ -187,8 +195,11 @@ def test_missing_samples_get_minus_one_and_do_not_count() -> None:
 def test_processing_is_per_day_within_the_universe() -> None:
     # C is not a member on day 0: it is not labelled and does not move A and B's ranks.
     panel = make_panel(
-        {"A": [10, 10, 10, 10, 10, 11, 11, 11], "B": [10, 10, 10, 10, 10, 12, 12, 12],
-         "C": [10, 10, 10, 10, 10, 30, 30, 30]},
+        {
+            "A": [10, 10, 10, 10, 10, 11, 11, 11],
+            "B": [10, 10, 10, 10, 10, 12, 12, 12],
+            "C": [10, 10, 10, 10, 10, 30, 30, 30],
+        },
         in_universe={"A": [True] * 8, "B": [True] * 8, "C": [False, True, True, True, True, True, True, True]},
     )
     labels = make_labels(panel, LabelSpec(processing="rank"))
@@ -404,12 +415,15 @@ def test_on_the_tiny_synthetic_market(tiny_panel: pd.DataFrame) -> None:
     assert sum(labels.excluded.values()) > 0 and labels.excluded["end_of_data"] > 0
 
 
-@pytest.mark.parametrize(("name", "expected"), [
-    ("default", LabelSpec(processing="bins")),
-    ("three_class", LabelSpec(processing="three_class", n_bins=3)),  # 3 levels: LambdaRank gets 3 gains
-    ("raw", LabelSpec(processing="raw")),
-    ("rank", LabelSpec(processing="rank")),
-])
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("default", LabelSpec(processing="bins")),
+        ("three_class", LabelSpec(processing="three_class", n_bins=3)),  # 3 levels: LambdaRank gets 3 gains
+        ("raw", LabelSpec(processing="raw")),
+        ("rank", LabelSpec(processing="rank")),
+    ],
+)
 def test_label_configs_instantiate_the_spec(name: str, expected: LabelSpec, compose_config) -> None:
     from hydra.utils import instantiate
 

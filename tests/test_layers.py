@@ -85,8 +85,11 @@ def test_the_circle_check_finds_a_planted_circle():
 
 
 def _importers(library: str) -> set[str]:
-    return {module for module, names in IMPORTS.items()
-            if any(name == library or name.startswith(f"{library}.") for name in names)}
+    return {
+        module
+        for module, names in IMPORTS.items()
+        if any(name == library or name.startswith(f"{library}.") for name in names)
+    }
 
 
 #: outside library -> the one room (a module or a package prefix) allowed to import it
@@ -107,10 +110,26 @@ def test_each_outside_library_is_imported_in_its_own_room_only(library):
 
 
 #: lower rooms that must not import the higher ones (an arrow that climbs back up)
-LOWER = ("backtest.data", "backtest.features", "backtest.labels", "backtest.splits", "backtest.leakage",
-         "backtest.portfolio", "backtest.metrics", "backtest.statistics", "models")
-HIGHER = ("backtest.cli", "backtest.engine", "backtest.tracking", "backtest.reports", "backtest.study",
-          "backtest.record", "backtest.baselines")
+LOWER = (
+    "backtest.data",
+    "backtest.features",
+    "backtest.labels",
+    "backtest.splits",
+    "backtest.leakage",
+    "backtest.portfolio",
+    "backtest.metrics",
+    "backtest.statistics",
+    "models",
+)
+HIGHER = (
+    "backtest.cli",
+    "backtest.engine",
+    "backtest.tracking",
+    "backtest.reports",
+    "backtest.study",
+    "backtest.record",
+    "backtest.baselines",
+)
 
 
 def _in(module: str, rooms: tuple[str, ...]) -> bool:
@@ -118,8 +137,13 @@ def _in(module: str, rooms: tuple[str, ...]) -> bool:
 
 
 def test_no_arrow_climbs_from_the_lower_rooms_to_the_higher_ones():
-    climbing = sorted((module, target) for module, targets in _graph().items() if _in(module, LOWER)
-                      for target in targets if _in(target, HIGHER))
+    climbing = sorted(
+        (module, target)
+        for module, targets in _graph().items()
+        if _in(module, LOWER)
+        for target in targets
+        if _in(target, HIGHER)
+    )
     assert climbing == []
 
 

@@ -82,8 +82,9 @@ def test_best_month_removal_ranks_months_by_compounded_return():
     feb = [0.5, -0.3]  # sum +20%, compounded +5%
     mar = [0.1, 0.0]  # +10%: the best month when compounded
     apr = [-0.02, 0.01]
-    index = pd.to_datetime(["2024-01-02", "2024-01-03", "2024-02-01", "2024-02-02",
-                            "2024-03-01", "2024-03-04", "2024-04-01", "2024-04-02"])
+    index = pd.to_datetime(
+        ["2024-01-02", "2024-01-03", "2024-02-01", "2024-02-02", "2024-03-01", "2024-03-04", "2024-04-01", "2024-04-02"]
+    )
     returns = pd.Series(jan + feb + mar + apr, index=index)
     rest = metrics.drop_best_months(returns, 1)
     assert rest.to_numpy().tolist() == jan + feb + apr
@@ -104,27 +105,45 @@ def test_win_rate_vs_equal_weight():
     assert metrics.win_rate_vs_ew(periods) == 0.5  # the tie in period 3 is not a win
     s, b = daily([0.01, 0.0, -0.02]), daily([0.0, 0.0, -0.03])
     assert metrics.win_rate_vs_ew_daily(s, b) == pytest.approx(2 / 3)
-    assert metrics.excess_ann_return(s, b) == pytest.approx(
-        (1.01 * 0.98) ** 84 - (0.97) ** 84, abs=1e-12
-    )
+    assert metrics.excess_ann_return(s, b) == pytest.approx((1.01 * 0.98) ** 84 - (0.97) ** 84, abs=1e-12)
     with pytest.raises(DataContractError, match="'strategy' and 'benchmark'"):
         metrics.win_rate_vs_ew(pd.DataFrame({"strategy": [0.1]}))
 
 
 def ic_example():
-    scores = panel_series({
-        ("2024-01-02", "a"): 1, ("2024-01-02", "b"): 2, ("2024-01-02", "c"): 3,
-        ("2024-01-03", "a"): 3, ("2024-01-03", "b"): 2, ("2024-01-03", "c"): 1,
-        ("2024-01-04", "a"): 1, ("2024-01-04", "b"): 2, ("2024-01-04", "c"): 3, ("2024-01-04", "d"): 4,
-        ("2024-01-05", "a"): 1, ("2024-01-05", "b"): 1,  # constant scores: no IC that day
-    })
-    labels = panel_series({
-        ("2024-01-02", "a"): 1, ("2024-01-02", "b"): 2, ("2024-01-02", "c"): 4,
-        ("2024-01-03", "a"): 1, ("2024-01-03", "b"): 2, ("2024-01-03", "c"): 3,
-        ("2024-01-04", "a"): 1, ("2024-01-04", "b"): 3, ("2024-01-04", "c"): 2, ("2024-01-04", "d"): 4,
-        ("2024-01-05", "a"): 0.5, ("2024-01-05", "b"): -0.5,
-        ("2024-01-06", "a"): 9.0,  # no score: dropped
-    })
+    scores = panel_series(
+        {
+            ("2024-01-02", "a"): 1,
+            ("2024-01-02", "b"): 2,
+            ("2024-01-02", "c"): 3,
+            ("2024-01-03", "a"): 3,
+            ("2024-01-03", "b"): 2,
+            ("2024-01-03", "c"): 1,
+            ("2024-01-04", "a"): 1,
+            ("2024-01-04", "b"): 2,
+            ("2024-01-04", "c"): 3,
+            ("2024-01-04", "d"): 4,
+            ("2024-01-05", "a"): 1,
+            ("2024-01-05", "b"): 1,  # constant scores: no IC that day
+        }
+    )
+    labels = panel_series(
+        {
+            ("2024-01-02", "a"): 1,
+            ("2024-01-02", "b"): 2,
+            ("2024-01-02", "c"): 4,
+            ("2024-01-03", "a"): 1,
+            ("2024-01-03", "b"): 2,
+            ("2024-01-03", "c"): 3,
+            ("2024-01-04", "a"): 1,
+            ("2024-01-04", "b"): 3,
+            ("2024-01-04", "c"): 2,
+            ("2024-01-04", "d"): 4,
+            ("2024-01-05", "a"): 0.5,
+            ("2024-01-05", "b"): -0.5,
+            ("2024-01-06", "a"): 9.0,  # no score: dropped
+        }
+    )
     return scores, labels
 
 
@@ -165,10 +184,10 @@ def test_ndcg_at_5_on_a_hand_example():
 
 
 def test_ndcg_ties_are_broken_in_code_order_and_zero_days_are_skipped():
-    scores = panel_series({("2024-01-02", "a"): 1, ("2024-01-02", "b"): 1,
-                           ("2024-01-03", "a"): 1, ("2024-01-03", "b"): 2})
-    rel = panel_series({("2024-01-02", "a"): 0, ("2024-01-02", "b"): 1,
-                        ("2024-01-03", "a"): 0, ("2024-01-03", "b"): 0})
+    scores = panel_series(
+        {("2024-01-02", "a"): 1, ("2024-01-02", "b"): 1, ("2024-01-03", "a"): 1, ("2024-01-03", "b"): 2}
+    )
+    rel = panel_series({("2024-01-02", "a"): 0, ("2024-01-02", "b"): 1, ("2024-01-03", "a"): 0, ("2024-01-03", "b"): 0})
     ndcg = metrics.daily_ndcg(scores, rel, k=1)
     assert ndcg.iloc[0] == 0.0  # tie: a (code order) comes first, and it is irrelevant
     assert math.isnan(ndcg.iloc[1])
@@ -188,8 +207,9 @@ def test_relevance_gains_is_the_one_gain_definition():
 
 def test_ndcg_grades_a_real_valued_label_into_ten_daily_bins():
     rng = np.random.default_rng(0)
-    index = pd.MultiIndex.from_product([pd.to_datetime(["2024-01-02", "2024-01-03"]), [f"s{i:02d}" for i in range(30)]],
-                                       names=["date", "code"])
+    index = pd.MultiIndex.from_product(
+        [pd.to_datetime(["2024-01-02", "2024-01-03"]), [f"s{i:02d}" for i in range(30)]], names=["date", "code"]
+    )
     fwd = pd.Series(rng.normal(0.0, 0.02, len(index)), index=index)  # raw returns, negative ones too
     scores = pd.Series(rng.normal(size=len(index)), index=index)
     bins = pd.Series(cross_sectional_target(fwd.unstack().to_numpy(), "bins", 10).ravel(), index=index)
@@ -225,14 +245,41 @@ def test_headline_metrics_keys_and_values():
     periods = pd.DataFrame({"strategy": [0.01, -0.02, 0.03], "benchmark": [0.0, 0.0, 0.0]})
     scores, labels = ic_example()
     out = metrics.headline_metrics(
-        s, b, periods, scores=scores, labels=labels, relevance=labels.clip(lower=0), turnover=12.5,
-        n_trials=5, trial_sharpe_var=0.3, rng=np.random.default_rng(0), n_boot=200, ic_lags=0,
+        s,
+        b,
+        periods,
+        scores=scores,
+        labels=labels,
+        relevance=labels.clip(lower=0),
+        turnover=12.5,
+        n_trials=5,
+        trial_sharpe_var=0.3,
+        rng=np.random.default_rng(0),
+        n_boot=200,
+        ic_lags=0,
     )
     assert list(out) == list(metrics.HEADLINE_KEYS)
-    assert {"sharpe", "sortino", "ann_return", "cum_return", "ann_vol", "max_drawdown", "win_rate_vs_ew",
-            "excess_ann_return", "sharpe_ex_best_month", "ann_return_ex_best_month", "sharpe_ex_best_3_months",
-            "ann_return_ex_best_3_months", "ic_mean", "rank_ic_mean", "icir", "ndcg", "turnover", "psr",
-            "dsr"} <= set(out)
+    assert {
+        "sharpe",
+        "sortino",
+        "ann_return",
+        "cum_return",
+        "ann_vol",
+        "max_drawdown",
+        "win_rate_vs_ew",
+        "excess_ann_return",
+        "sharpe_ex_best_month",
+        "ann_return_ex_best_month",
+        "sharpe_ex_best_3_months",
+        "ann_return_ex_best_3_months",
+        "ic_mean",
+        "rank_ic_mean",
+        "icir",
+        "ndcg",
+        "turnover",
+        "psr",
+        "dsr",
+    } <= set(out)
     assert all(isinstance(v, float) and math.isfinite(v) for v in out.values())
     assert out["sharpe"] == metrics.sharpe(s)
     assert out["win_rate_vs_ew"] == pytest.approx(2 / 3)
@@ -243,8 +290,19 @@ def test_headline_metrics_keys_and_values():
     assert out["dsr"] < out["psr"]
     assert out["sharpe_ci_low"] < out["sharpe"] < out["sharpe_ci_high"]
     bare = metrics.headline_metrics(s, b, periods)
-    assert all(math.isnan(bare[k]) for k in ("ic_mean", "rank_ic_mean", "rank_ic_se", "icir", "ndcg", "turnover",
-                                             "sharpe_ci_low", "sharpe_ci_high"))
+    assert all(
+        math.isnan(bare[k])
+        for k in (
+            "ic_mean",
+            "rank_ic_mean",
+            "rank_ic_se",
+            "icir",
+            "ndcg",
+            "turnover",
+            "sharpe_ci_low",
+            "sharpe_ci_high",
+        )
+    )
     assert bare["dsr"] == bare["psr"]
 
 
@@ -254,8 +312,12 @@ def test_the_headline_ndcg_follows_the_portfolio_depth():
     s, b = daily(rng.normal(0.001, 0.01, 300)), daily(rng.normal(0.0005, 0.008, 300))
     periods = pd.DataFrame({"strategy": [0.01, -0.02], "benchmark": [0.0, 0.0]})
     scores, labels = ic_example()
-    at = {k: metrics.headline_metrics(s, b, periods, scores=scores, labels=labels, relevance=labels.clip(lower=0),
-                                      ndcg_depth=k) for k in (1, 3)}
+    at = {
+        k: metrics.headline_metrics(
+            s, b, periods, scores=scores, labels=labels, relevance=labels.clip(lower=0), ndcg_depth=k
+        )
+        for k in (1, 3)
+    }
     assert list(at[3]) == list(at[1]) == list(metrics.HEADLINE_KEYS) and "ndcg_at_5" not in at[3]
     assert at[3]["ndcg"] == metrics.ndcg_at_k(scores, labels.clip(lower=0), 3)
     assert at[1]["ndcg"] == metrics.ndcg_at_k(scores, labels.clip(lower=0), 1) != at[3]["ndcg"]

@@ -113,8 +113,15 @@ def test_open_to_open_timing_matches_the_docstring_example():
 
 def two_period_result(**spec):
     panel = make_panel(OPENS)
-    scores = make_scores(panel, {0: {"A": 3, "B": 2, "C": 1}, 1: {"A": 0, "B": 0, "C": 9},
-                                 2: {"A": 1, "B": 2, "C": 3}, 3: {"A": 5, "B": 0, "C": 0}})
+    scores = make_scores(
+        panel,
+        {
+            0: {"A": 3, "B": 2, "C": 1},
+            1: {"A": 0, "B": 0, "C": 9},
+            2: {"A": 1, "B": 2, "C": 3},
+            3: {"A": 5, "B": 0, "C": 0},
+        },
+    )
     return panel, simulate(scores, panel, PortfolioSpec(top_k=2, rebalance_every=2, **(FREE | spec)))
 
 
@@ -578,9 +585,11 @@ def test_synthetic_trades_obey_the_trading_rules(tiny_panel, synthetic_run):
     listed = on_day["open"].notna().to_numpy()
     sells = ~buys & listed
     assert (on_day["open"].to_numpy()[sells] > on_day["down_limit"].to_numpy()[sells] + 0.005).all()
-    member = tiny_panel["in_universe"].reindex(
-        pd.MultiIndex.from_arrays([trades["decision_date"], trades["code"]])
-    ).to_numpy()
+    member = (
+        tiny_panel["in_universe"]
+        .reindex(pd.MultiIndex.from_arrays([trades["decision_date"], trades["code"]]))
+        .to_numpy()
+    )
     assert member[buys].all()
     assert result.blocked["reason"].isin(["limit_up", "limit_down", "suspended"]).all()
 
@@ -595,7 +604,7 @@ def test_synthetic_books_are_consistent(synthetic_run):
     assert (result.positions["weight"] > 0).all()
     # Period returns compound the daily ones.
     for _, row in result.periods.iterrows():
-        days = result.returns.loc[row["execution_date"]: row["end_date"]]
+        days = result.returns.loc[row["execution_date"] : row["end_date"]]
         assert len(days) == row["n_days"]
         assert np.prod(1 + days) - 1 == pytest.approx(row["strategy"], abs=1e-12)
     assert result.periods["n_days"].iloc[:-1].eq(5).all()

@@ -78,14 +78,16 @@ def test_embargo_zero_admits_a_label_ending_on_the_decision_date() -> None:
 
 
 def test_folds_tile_the_test_period_and_the_last_is_shorter() -> None:
-    schedule = RollingSchedule(retrain_every=4, train_window=5, valid_days=2, embargo=1,
-                               test_start="2024-02-05", test_end="2024-02-20")
+    schedule = RollingSchedule(
+        retrain_every=4, train_window=5, valid_days=2, embargo=1, test_start="2024-02-05", test_end="2024-02-20"
+    )
     folds = list(schedule.split(CAL, horizon_labels(CAL, 3)))
     assert schedule.get_n_splits(CAL) == len(folds) == 3
     assert [len(f.predict_dates) for f in folds] == [4, 4, 4]
     assert [f.decision_date for f in folds] == [pd.Timestamp(d) for d in ("2024-02-05", "2024-02-09", "2024-02-15")]
-    odd = RollingSchedule(retrain_every=5, train_window=5, valid_days=2, embargo=1, test_start="2024-02-05",
-                          test_end="2024-02-20")
+    odd = RollingSchedule(
+        retrain_every=5, train_window=5, valid_days=2, embargo=1, test_start="2024-02-05", test_end="2024-02-20"
+    )
     assert [len(f.predict_dates) for f in odd.split(CAL, horizon_labels(CAL, 3))] == [5, 5, 2]
 
 
@@ -99,8 +101,9 @@ def test_test_period_defaults_to_the_last_two_years_and_snaps_to_trading_days() 
 
 
 def test_expanding_window_starts_at_the_first_labelled_date_and_grows() -> None:
-    schedule = RollingSchedule(retrain_every=5, train_window=4, window="expanding", valid_days=2, embargo=1,
-                               test_start=CAL[20])
+    schedule = RollingSchedule(
+        retrain_every=5, train_window=4, window="expanding", valid_days=2, embargo=1, test_start=CAL[20]
+    )
     folds = list(schedule.split(CAL, horizon_labels(CAL, 3)))
     assert all(f.train_dates[0] == CAL[0] for f in folds)
     lengths = [len(f.train_dates) for f in folds]
@@ -144,8 +147,9 @@ def test_purge_off_needs_the_leak_demo_switch() -> None:
 
 
 def test_leak_demo_trains_on_everything_before_the_decision_and_marks_records() -> None:
-    schedule = RollingSchedule(retrain_every=5, train_window=10, valid_days=3, embargo=2, test_start=CAL[30],
-                               purge=False, leak_demo=True)
+    schedule = RollingSchedule(
+        retrain_every=5, train_window=10, valid_days=3, embargo=2, test_start=CAL[30], purge=False, leak_demo=True
+    )
     fold = next(schedule.split(CAL, horizon_labels(CAL, 5)))
     assert list(fold.valid_dates) == list(CAL[27:30])  # the 3 days right before the decision
     assert list(fold.train_dates) == list(CAL[17:27])  # the 10 days before those
@@ -158,26 +162,44 @@ def test_leak_demo_trains_on_everything_before_the_decision_and_marks_records() 
 
 def test_check_fold_names_the_fold_and_the_offending_dates() -> None:
     label_end = horizon_labels(CAL, 5)
-    fold = next(RollingSchedule(retrain_every=5, train_window=6, valid_days=0, embargo=1,
-                                test_start=CAL[30]).split(CAL, label_end))
+    fold = next(
+        RollingSchedule(retrain_every=5, train_window=6, valid_days=0, embargo=1, test_start=CAL[30]).split(
+            CAL, label_end
+        )
+    )
     check_fold(fold, label_end)  # clean
-    leaky = Fold(fold.fold, fold.decision_date, fold.predict_dates,
-                 fold.train_dates.append(CAL[26:28]), fold.valid_dates, fold.record)
+    leaky = Fold(
+        fold.fold,
+        fold.decision_date,
+        fold.predict_dates,
+        fold.train_dates.append(CAL[26:28]),
+        fold.valid_dates,
+        fold.record,
+    )
     with pytest.raises(
         LeakageError,
         match=r"Fold 0 \(decision 2024-02-12, cutoff 2024-02-09.*2 training dates have label_end after the "
         r"cutoff 2024-02-09: 2024-02-06 \(label_end 2024-02-13\), 2024-02-07 \(label_end 2024-02-14\)",
     ):
         check_fold(leaky, label_end)
-    overlapping = Fold(fold.fold, fold.decision_date, fold.predict_dates,
-                       fold.train_dates.append(CAL[30:31]), fold.valid_dates, fold.record)
+    overlapping = Fold(
+        fold.fold,
+        fold.decision_date,
+        fold.predict_dates,
+        fold.train_dates.append(CAL[30:31]),
+        fold.valid_dates,
+        fold.record,
+    )
     with pytest.raises(LeakageError, match="also prediction dates: 2024-02-12"):
         check_fold(overlapping, label_end)
 
 
 def test_leakage_record_serialises_to_json() -> None:
-    fold = next(RollingSchedule(retrain_every=5, train_window=6, valid_days=4, embargo=2,
-                                test_start=CAL[30]).split(CAL, horizon_labels(CAL, 5)))
+    fold = next(
+        RollingSchedule(retrain_every=5, train_window=6, valid_days=4, embargo=2, test_start=CAL[30]).split(
+            CAL, horizon_labels(CAL, 5)
+        )
+    )
     record = fold.record.to_dict()
     assert json.loads(json.dumps(record)) == record
     assert record["decision_date"] == "2024-02-12" and record["cutoff"] == "2024-02-08"
@@ -392,16 +414,25 @@ def test_schedule_on_the_tiny_synthetic_market(tiny_panel: pd.DataFrame) -> None
         assert fold.valid_dates[0] == calendar[pos_decision - 26]
         assert fold.record.max_train_label_end == fold.record.valid_cutoff == calendar[pos_decision - 28]
         assert len(fold.train_dates) == 250 and len(fold.valid_dates) == 20
-        assert fold.record.n_purged == labels.label_end.index.get_level_values(0).isin(
-            calendar[calendar.get_loc(fold.valid_dates[-1]) + 1 : pos_decision]
-            .union(calendar[calendar.get_loc(fold.train_dates[-1]) + 1 : calendar.get_loc(fold.valid_dates[0])])
-        ).sum()
+        assert (
+            fold.record.n_purged
+            == labels.label_end.index.get_level_values(0)
+            .isin(
+                calendar[calendar.get_loc(fold.valid_dates[-1]) + 1 : pos_decision].union(
+                    calendar[calendar.get_loc(fold.train_dates[-1]) + 1 : calendar.get_loc(fold.valid_dates[0])]
+                )
+            )
+            .sum()
+        )
 
 
 def test_folds_survive_pickling_for_worker_processes() -> None:
     import pickle
 
-    fold = next(RollingSchedule(retrain_every=5, train_window=6, valid_days=4, embargo=2,
-                                test_start=CAL[30]).split(CAL, horizon_labels(CAL, 5)))
+    fold = next(
+        RollingSchedule(retrain_every=5, train_window=6, valid_days=4, embargo=2, test_start=CAL[30]).split(
+            CAL, horizon_labels(CAL, 5)
+        )
+    )
     copy = pickle.loads(pickle.dumps(fold))
     assert copy.record == fold.record and copy.train_dates.equals(fold.train_dates)

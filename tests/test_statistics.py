@@ -291,8 +291,9 @@ def test_paired_difference_of_identical_series_is_zero() -> None:
 def test_paired_difference_hand_computed() -> None:
     strategy = pd.Series([0.01, -0.01, 0.02, 0.0], index=DAYS4)  # mean 0.005, std sqrt(5e-4 / 3)
     baseline = pd.Series([0.0, 0.01, 0.0, 0.01], index=DAYS4)  # mean 0.005, std 0.005 * sqrt(4 / 3)
-    diff, low, high = statistics.paired_sharpe_difference(strategy, baseline, np.random.default_rng(1), n_boot=500,
-                                               block_length=1)
+    diff, low, high = statistics.paired_sharpe_difference(
+        strategy, baseline, np.random.default_rng(1), n_boot=500, block_length=1
+    )
     assert diff == pytest.approx(np.sqrt(252) * (np.sqrt(3 / 20) - np.sqrt(3 / 4)), rel=1e-12)
     assert diff == pytest.approx(-7.5995, abs=1e-4)
     assert low <= high
@@ -310,8 +311,9 @@ def test_a_constant_daily_excess_over_the_same_noise_is_detected() -> None:
     b_low, b_high = statistics.sharpe_ci(baseline, np.random.default_rng(3))
     s_low, s_high = statistics.sharpe_ci(better, np.random.default_rng(4))
     assert s_low < b_high and b_low < s_high
-    worse_diff, worse_low, worse_high = statistics.paired_sharpe_difference(baseline - 0.0004, baseline,
-                                                                            np.random.default_rng(2))
+    worse_diff, worse_low, worse_high = statistics.paired_sharpe_difference(
+        baseline - 0.0004, baseline, np.random.default_rng(2)
+    )
     assert worse_low < worse_diff < worse_high < 0
 
 

@@ -89,8 +89,9 @@ def find_browser(browser_dir: Path = BROWSER_DIR, *, fetch: bool = True) -> Brow
     if chromium and driver:
         return Browser(Path(chromium), Path(driver), "", "UI_CHECK_CHROMIUM / UI_CHECK_CHROMEDRIVER")
     driver = shutil.which("chromedriver")
-    chromium = next((found for name in ("chromium", "chromium-browser", "google-chrome")
-                     if (found := shutil.which(name))), None)
+    chromium = next(
+        (found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))), None
+    )
     if driver and chromium:
         return Browser(Path(chromium), Path(driver), "", f"installed ({chromium}, {driver})")
     unpacked = _unpacked(browser_dir)
@@ -118,19 +119,23 @@ def _unpack_debian_packages(browser_dir: Path) -> None:
         return
     simulated = subprocess.run(
         ["apt-get", "install", "--simulate", "--no-install-recommends", *DEBIAN_PACKAGES],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     packages = [line.split()[1] for line in simulated.stdout.splitlines() if line.startswith("Inst ")]
     if simulated.returncode != 0 or not any(name == "chromium" for name in packages):
-        print(f"apt-get cannot resolve {' '.join(DEBIAN_PACKAGES)}: {simulated.stderr.strip()[-400:]}",
-              file=sys.stderr)
+        print(f"apt-get cannot resolve {' '.join(DEBIAN_PACKAGES)}: {simulated.stderr.strip()[-400:]}", file=sys.stderr)
         return
     downloads = browser_dir / "debs"
     downloads.mkdir(parents=True, exist_ok=True)
-    print(f"downloading {len(packages)} Debian packages (chromium and the libraries it lacks here) "
-          f"into {downloads} ...", flush=True)
-    fetched = subprocess.run(["apt-get", "download", *packages], cwd=downloads, capture_output=True, text=True,
-                             check=False)
+    print(
+        f"downloading {len(packages)} Debian packages (chromium and the libraries it lacks here) into {downloads} ...",
+        flush=True,
+    )
+    fetched = subprocess.run(
+        ["apt-get", "download", *packages], cwd=downloads, capture_output=True, text=True, check=False
+    )
     if fetched.returncode != 0:
         print(f"apt-get download failed: {fetched.stderr.strip()[-400:]}", file=sys.stderr)
         return
@@ -165,9 +170,17 @@ def open_driver(browser: Browser, *, width: int = 1600, height: int = 1000):  # 
     os.environ.setdefault("SE_OFFLINE", "true")  # no Selenium Manager download: the paths are given
     options = webdriver.ChromeOptions()
     options.binary_location = str(browser.chromium)
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     f"--window-size={width},{height}", "--hide-scrollbars", "--no-first-run",
-                     "--disable-extensions", "--lang=en-US"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--window-size={width},{height}",
+        "--hide-scrollbars",
+        "--no-first-run",
+        "--disable-extensions",
+        "--lang=en-US",
+    ):
         options.add_argument(argument)
     env = dict(os.environ)
     if browser.library_path:
@@ -197,8 +210,16 @@ def usable_links(uri: str, base_url: str) -> UiLinks | None:
 def make_tiny_store(folder: Path) -> str:
     """A store holding one study: a real two-run sweep (seeds 1 and 2) of the smoke experiment."""
     uri = f"sqlite:///{folder / 'mlruns.db'}"
-    command = [sys.executable, "-m", "backtest", "-m", "experiment=smoke", "seed=1,2", f"tracking.uri={uri}",
-               f"hydra.sweep.dir={folder / 'multirun'}"]
+    command = [
+        sys.executable,
+        "-m",
+        "backtest",
+        "-m",
+        "experiment=smoke",
+        "seed=1,2",
+        f"tracking.uri={uri}",
+        f"hydra.sweep.dir={folder / 'multirun'}",
+    ]
     log = folder / "sweep.log"
     print(f"making a tiny store with one study (a few minutes): {' '.join(command)}\n  log: {log}", flush=True)
     with log.open("wb") as output:
@@ -223,8 +244,9 @@ def wait_for(driver, what: str, condition: Callable[[], object], timeout_s: floa
         except Exception as exc:  # stale elements while React re-renders
             last_error = exc
         time.sleep(0.5)
-    raise CheckFailed(f"timed out after {timeout_s:.0f} s waiting for {what}"
-                      + (f" (last error: {last_error})" if last_error else ""))
+    raise CheckFailed(
+        f"timed out after {timeout_s:.0f} s waiting for {what}" + (f" (last error: {last_error})" if last_error else "")
+    )
 
 
 def page_text(driver) -> str:
@@ -237,8 +259,9 @@ def shows_all(driver, texts: Sequence[str]) -> Callable[[], bool]:
 
 def scroll_to_text(driver, text: str) -> bool:
     """Scroll the innermost element whose own text is ``text`` into view; False when there is none."""
-    return bool(driver.execute_script(
-        """
+    return bool(
+        driver.execute_script(
+            """
         const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
         while (walker.nextNode()) {
           if (walker.currentNode.textContent.trim() === arguments[0]) {
@@ -248,15 +271,17 @@ def scroll_to_text(driver, text: str) -> bool:
         }
         return false;
         """,
-        text,
-    ))
+            text,
+        )
+    )
 
 
 def close_assistant(driver) -> None:
     """Close MLflow 3's assistant side panel (it takes a third of the window) when it is open."""
     driver.execute_script(
         "const b = document.querySelector(\"button[data-component-id='mlflow.assistant.chat_panel.close']\");"
-        "if (b) b.click();")
+        "if (b) b.click();"
+    )
     time.sleep(0.5)
 
 
@@ -277,10 +302,16 @@ def check_pages(driver, links: UiLinks, out: Path, tearsheet_run: str) -> list[s
     wait_for(driver, "the model-training runs list (its 'Run Name' column)", shows_all(driver, ["Run Name"]))
     close_assistant(driver)
     if not all(name in page_text(driver) for name in study.run_names):
-        expander = wait_for(driver, "the sweep's row and its expand button", lambda: driver.execute_script(
-            "const cell = [...document.querySelectorAll('[role=gridcell]')]"
-            "  .find(c => c.querySelector(`a[href$='/runs/${arguments[0]}']`));"
-            "return cell ? cell.querySelector('button') : null;", study.parent_run_id))
+        expander = wait_for(
+            driver,
+            "the sweep's row and its expand button",
+            lambda: driver.execute_script(
+                "const cell = [...document.querySelectorAll('[role=gridcell]')]"
+                "  .find(c => c.querySelector(`a[href$='/runs/${arguments[0]}']`));"
+                "return cell ? cell.querySelector('button') : null;",
+                study.parent_run_id,
+            ),
+        )
         expander.click()
     wait_for(driver, f"the runs list to show {study.run_names}", shows_all(driver, study.run_names))
     time.sleep(1.0)
@@ -288,8 +319,11 @@ def check_pages(driver, links: UiLinks, out: Path, tearsheet_run: str) -> list[s
 
     # 2. the per-fold chart of the study's runs: one line per run over the folds
     driver.get(links.fold_chart_url)
-    wait_for(driver, f"the {FOLD_CHART!r} chart of {study.run_names}",
-             shows_all(driver, [FOLD_CHART, *[f"{name} ({FOLD_CHART})" for name in study.run_names]]))
+    wait_for(
+        driver,
+        f"the {FOLD_CHART!r} chart of {study.run_names}",
+        shows_all(driver, [FOLD_CHART, *[f"{name} ({FOLD_CHART})" for name in study.run_names]]),
+    )
     wait_for(driver, "the chart's lines", lambda: driver.find_elements(By.CSS_SELECTOR, "svg .scatterlayer .trace"))
     time.sleep(1.0)
     shot("02-fold-chart.png")
@@ -299,24 +333,40 @@ def check_pages(driver, links: UiLinks, out: Path, tearsheet_run: str) -> list[s
     wait_for(driver, f"the compare page to show {study.run_names}", shows_all(driver, study.run_names))
     time.sleep(1.0)
     shot("03-compare.png")
-    wait_for(driver, "the compare page's artifacts section",
-             lambda: "Select a file to preview" in page_text(driver) or "No common artifacts" in page_text(driver))
+    wait_for(
+        driver,
+        "the compare page's artifacts section",
+        lambda: "Select a file to preview" in page_text(driver) or "No common artifacts" in page_text(driver),
+    )
     common = [name for name in COMPARE_IMAGES.values() if name in page_text(driver)]
     if common:
         image = COMPARE_IMAGES["fold_rank_ic"] if COMPARE_IMAGES["fold_rank_ic"] in common else common[0]
-        entry = wait_for(driver, f"{image!r} in the compare page's artifact list", lambda: driver.find_elements(
-            By.CSS_SELECTOR, f"[data-testid=artifact-tree-node][artifact-name='{image}']"))[0]
+        entry = wait_for(
+            driver,
+            f"{image!r} in the compare page's artifact list",
+            lambda: driver.find_elements(By.CSS_SELECTOR, f"[data-testid=artifact-tree-node][artifact-name='{image}']"),
+        )[0]
         # the tree's click handler sits on the node's row; a script click reaches it where it is scrolled away
-        driver.execute_script("const row = arguments[0].parentElement; row.scrollIntoView({block: 'center'});"
-                              "row.click();", entry)
-        wait_for(driver, f"{image!r} rendered for every run", lambda: driver.execute_script(
-            "return [...document.images].filter(i => i.complete && i.naturalWidth > 100).length")
-            >= len(study.run_ids))
+        driver.execute_script(
+            "const row = arguments[0].parentElement; row.scrollIntoView({block: 'center'});row.click();", entry
+        )
+        wait_for(
+            driver,
+            f"{image!r} rendered for every run",
+            lambda: (
+                driver.execute_script(
+                    "return [...document.images].filter(i => i.complete && i.naturalWidth > 100).length"
+                )
+                >= len(study.run_ids)
+            ),
+        )
         notes.append(f"compare page lists the root-level images {', '.join(common)}; {image} rendered for each run")
     else:
         scroll_to_text(driver, "No common artifacts to display.")
-        notes.append("compare page: 'No common artifacts to display.' (no root-level file common to the runs; "
-                     f"log the charts at the root: {', '.join(COMPARE_IMAGES.values())})")
+        notes.append(
+            "compare page: 'No common artifacts to display.' (no root-level file common to the runs; "
+            f"log the charts at the root: {', '.join(COMPARE_IMAGES.values())})"
+        )
     time.sleep(1.0)
     shot("04-compare-artifacts.png")
 
@@ -324,8 +374,9 @@ def check_pages(driver, links: UiLinks, out: Path, tearsheet_run: str) -> list[s
     tearsheet = ARTIFACTS.report("tearsheet")
     driver.get(run_url(links.base_url, links.experiment_id, tearsheet_run, tearsheet))
     wait_for(driver, f"the artifact tree to show {tearsheet!r}", shows_all(driver, ["tearsheet.html", tearsheet]))
-    frame = wait_for(driver, "the tearsheet to render in its frame",
-                     lambda: driver.find_elements(By.CSS_SELECTOR, "iframe"))[0]
+    frame = wait_for(
+        driver, "the tearsheet to render in its frame", lambda: driver.find_elements(By.CSS_SELECTOR, "iframe")
+    )[0]
     driver.switch_to.frame(frame)
     try:
         wait_for(driver, "the tearsheet's content", lambda: "Sharpe" in page_text(driver))

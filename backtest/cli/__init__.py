@@ -69,16 +69,30 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if trial:  # a job of a sweep: named after the values it was given
         run_name = f"{run_name} {trial['trial']}" if trial["trial"] else run_name
         tags.update(trial)
-    identity = RunIdentity(run_name, config, tags, data_fingerprint=data_fp, leak_demo=leak_demo,
-                           study=tracking.study, n_trials=int(tracking.n_trials or 1),
-                           parent_run_id=tracking.parent_run_id, sweep_job=bool(trial))
+    identity = RunIdentity(
+        run_name,
+        config,
+        tags,
+        data_fingerprint=data_fp,
+        leak_demo=leak_demo,
+        study=tracking.study,
+        n_trials=int(tracking.n_trials or 1),
+        parent_run_id=tracking.parent_run_id,
+        sweep_job=bool(trial),
+    )
     progress = FoldProgress()
     with identity.open(tracker) as mlrun:
         progress.run = mlrun
         try:
             result = run_backtest(
-                plan, features=parts.features, ranker_factory=parts.ranker_factory, data_fingerprint=data_fp,
-                options=parts.options, n_trials=identity.n_trials, seed=int(cfg.seed), on_fold=progress,
+                plan,
+                features=parts.features,
+                ranker_factory=parts.ranker_factory,
+                data_fingerprint=data_fp,
+                options=parts.options,
+                n_trials=identity.n_trials,
+                seed=int(cfg.seed),
+                on_fold=progress,
                 trial_sharpe_var=trial_sharpe_var(tracker, identity.study),
                 oracle=oracle_scores(market, parts.label.holding_days) if market else None,
             )
@@ -87,17 +101,34 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             raise
         finally:
             progress.close()
-        recorded = record_run(tracker, mlrun, result, identity, reports=parts.reports,
-                              fallback=tracking.fallback_uri, lost=progress.lost)
-    print(summary_text(result.portfolio.returns, result.portfolio.benchmark_returns, result.metrics, RunSummary(
-        n_folds=len(result.records), n_features=len(result.feature_names), ndcg_depth=result.ndcg_depth,
-        leak_guard=result.leak_guard, feature_audit=result.feature_audit,
-        comparable=is_comparable(result.leak_guard, result.feature_audit), run_id=recorded.run_id,
-        tearsheet_uri=f"{recorded.artifact_uri}/{ARTIFACTS.report('tearsheet')}", ui=ui_command(recorded.store_uri),
-    )))
+        recorded = record_run(
+            tracker, mlrun, result, identity, reports=parts.reports, fallback=tracking.fallback_uri, lost=progress.lost
+        )
+    print(
+        summary_text(
+            result.portfolio.returns,
+            result.portfolio.benchmark_returns,
+            result.metrics,
+            RunSummary(
+                n_folds=len(result.records),
+                n_features=len(result.feature_names),
+                ndcg_depth=result.ndcg_depth,
+                leak_guard=result.leak_guard,
+                feature_audit=result.feature_audit,
+                comparable=is_comparable(result.leak_guard, result.feature_audit),
+                run_id=recorded.run_id,
+                tearsheet_uri=f"{recorded.artifact_uri}/{ARTIFACTS.report('tearsheet')}",
+                ui=ui_command(recorded.store_uri),
+            ),
+        )
+    )
     log_stage_seconds(result.timings)
-    return {"run_id": recorded.run_id, "metrics": result.metrics, "leak_guard": result.leak_guard,
-            "tracking_uri": recorded.store_uri}
+    return {
+        "run_id": recorded.run_id,
+        "metrics": result.metrics,
+        "leak_guard": result.leak_guard,
+        "tracking_uri": recorded.store_uri,
+    }
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")

@@ -67,8 +67,13 @@ def build_parts(cfg: DictConfig) -> Parts:
     ranker_factory = build(cfg.model, _partial_=True)
     check_label_processing(ranker_factory(), label.processing)  # also fails now on a bad model config
     return Parts(
-        features=features, label=label, schedule=schedule, portfolio=portfolio, tracking=tracking,
-        ranker_factory=ranker_factory, options=build(cfg.engine),  # the options create the cache folders
+        features=features,
+        label=label,
+        schedule=schedule,
+        portfolio=portfolio,
+        tracking=tracking,
+        ranker_factory=ranker_factory,
+        options=build(cfg.engine),  # the options create the cache folders
         reports=ReportChoice(tearsheet=tracking.tearsheet, plots=tracking.plots, drift_report=tracking.drift_report),
     )
 

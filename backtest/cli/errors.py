@@ -58,8 +58,10 @@ def user_error(exc: BaseException, cfg: DictConfig | None = None) -> BacktestErr
         if isinstance(seen, TypeError) and "unexpected keyword" in str(seen):
             return _unexpected_key(seen, cfg)
         if isinstance(seen, OmegaConfBaseException):
-            return ConfigError(f"{seen}\n  fix: set the missing or wrong key on the command line, e.g. "
-                               "data=parquet data.path=/abs/path/panel.parquet")
+            return ConfigError(
+                f"{seen}\n  fix: set the missing or wrong key on the command line, e.g. "
+                "data=parquet data.path=/abs/path/panel.parquet"
+            )
         seen = seen.__cause__ or seen.__context__
     return None
 
@@ -88,8 +90,10 @@ def _unknown_option(exc: MissingConfigException) -> ConfigError:
         return ConfigError(f"{_first_line(exc)}\n  fix: check the option names; conf/ holds one folder per group")
     group, option = missing.group(1).rsplit("/", 1)
     close = difflib.get_close_matches(option, options, n=1)
-    return ConfigError(f"unknown option {group}={option}: the group '{group}' has {', '.join(options)} (conf/{group}/)"
-                       f"\n  fix: {group}={close[0] if close else options[0]}, or another option listed")
+    return ConfigError(
+        f"unknown option {group}={option}: the group '{group}' has {', '.join(options)} (conf/{group}/)"
+        f"\n  fix: {group}={close[0] if close else options[0]}, or another option listed"
+    )
 
 
 def _unparsable_override(exc: OverrideParseException) -> ConfigError:
@@ -100,9 +104,11 @@ def _unparsable_override(exc: OverrideParseException) -> ConfigError:
         except OverrideParseException:
             bad.append(text)
     which = f"the override {bad[0]!r}" if bad else "an override"
-    return ConfigError(f"{which} does not parse: {_first_line(exc)}\n  fix: write key=value; quote a value with "
-                       "spaces, brackets or commas (key='a,b'); grammar: "
-                       "https://hydra.cc/docs/1.2/advanced/override_grammar/basic")
+    return ConfigError(
+        f"{which} does not parse: {_first_line(exc)}\n  fix: write key=value; quote a value with "
+        "spaces, brackets or commas (key='a,b'); grammar: "
+        "https://hydra.cc/docs/1.2/advanced/override_grammar/basic"
+    )
 
 
 def _bad_override(exc: ConfigCompositionException) -> ConfigError:
@@ -111,18 +117,23 @@ def _bad_override(exc: ConfigCompositionException) -> ConfigError:
     unknown = re.match(r"Could not override '([^']+)'", str(exc))
     if unknown is None:
         detail = f": {_first_line(cause)}" if cause is not None else ""
-        return ConfigError(f"{_first_line(exc)}{detail}\n  fix: correct that override; `python -m backtest --cfg job` "
-                           "shows every key with its value")
+        return ConfigError(
+            f"{_first_line(exc)}{detail}\n  fix: correct that override; `python -m backtest --cfg job` "
+            "shows every key with its value"
+        )
     key = unknown.group(1)
     parent, _, leaf = key.rpartition(".")
-    value = next((t.split("=", 1)[1] for t in _command_line_overrides()
-                  if t.split("=", 1)[0] == key and "=" in t), "<value>")
+    value = next(
+        (t.split("=", 1)[1] for t in _command_line_overrides() if t.split("=", 1)[0] == key and "=" in t), "<value>"
+    )
     known = _keys_of(parent, skip=key)
     close = difflib.get_close_matches(leaf, known, n=1)
     where = f"the '{parent}' group has no key '{leaf}'" if parent else f"the config has no group or key '{leaf}'"
     fix = f"{parent + '.' if parent else ''}{close[0]}={value} (did you mean {close[0]}?); " if close else ""
-    return ConfigError(f"unknown config key {key}: {where}\n  fix: {fix}`python -m backtest --cfg job` lists the keys; "
-                       f"adding a new key takes a leading + (+{key}={value})")
+    return ConfigError(
+        f"unknown config key {key}: {where}\n  fix: {fix}`python -m backtest --cfg job` lists the keys; "
+        f"adding a new key takes a leading + (+{key}={value})"
+    )
 
 
 def _keys_of(parent: str, skip: str) -> list[str]:
@@ -132,8 +143,11 @@ def _keys_of(parent: str, skip: str) -> list[str]:
 
     try:
         parsed = OverridesParser.create().parse_overrides(_command_line_overrides())
-        keep = [o.input_line for o in parsed
-                if not o.is_sweep_override() and o.key_or_group != skip and not o.key_or_group.startswith("hydra")]
+        keep = [
+            o.input_line
+            for o in parsed
+            if not o.is_sweep_override() and o.key_or_group != skip and not o.key_or_group.startswith("hydra")
+        ]
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             cfg = compose(config_name="config", overrides=keep)
@@ -145,8 +159,9 @@ def _keys_of(parent: str, skip: str) -> list[str]:
 
 def _unexpected_key(exc: TypeError, cfg: DictConfig | None) -> ConfigError:
     """A key the group's target does not take; when the chosen experiment set it, say so."""
-    plain = ConfigError(f"{exc}\n  fix: remove the unknown key; `python -m backtest --cfg job` shows the keys each "
-                        "group accepts")
+    plain = ConfigError(
+        f"{exc}\n  fix: remove the unknown key; `python -m backtest --cfg job` shows the keys each group accepts"
+    )
     found = re.search(r"(\w+)\(\) got an unexpected keyword argument '(\w+)'", str(exc))
     if found is None or cfg is None:
         return plain

@@ -42,8 +42,11 @@ class FoldProgress:
                 self.run.log_fold_metrics({outcome.fold: outcome.metrics})
             except StoreUnavailableError as exc:
                 self.lost = exc
-                log.warning("the tracking store stopped answering (%s); the backtest goes on and will be "
-                            "recorded in the fallback store", exc)
+                log.warning(
+                    "the tracking store stopped answering (%s); the backtest goes on and will be "
+                    "recorded in the fallback store",
+                    exc,
+                )
         ic = outcome.metrics.get("rank_ic", float("nan"))
         self.bar.set_postfix_str(f"rank IC {ic:+.3f}" + (" (resumed)" if outcome.resumed else ""))
         self.bar.update(1)

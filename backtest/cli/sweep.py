@@ -43,8 +43,10 @@ def sweep_trial() -> dict[str, str]:
     hc = HydraConfig.get()
     if hc.mode == RunMode.RUN and "study" in hc.runtime.choices:
         study = hc.runtime.choices["study"]
-        raise ConfigError(f"+study={study} is a sweep (conf/study/{study}.yaml lists the values it tries) and runs "
-                          f"only as a multirun\n  fix: python -m backtest -m +study={study}")
+        raise ConfigError(
+            f"+study={study} is a sweep (conf/study/{study}.yaml lists the values it tries) and runs "
+            f"only as a multirun\n  fix: python -m backtest -m +study={study}"
+        )
     if hc.mode != RunMode.MULTIRUN or not os.environ.get(ENV_PARENT):
         return {}
     swept = [k for k in os.environ.get(ENV_SWEPT, "").split(",") if k]
@@ -76,9 +78,12 @@ class SweepTracking(Callback):
         parsed = OverridesParser.create().parse_overrides(overrides)
         study_cfg = config.get("study") or {}
         self.sweep = Sweep(
-            study=study_name(tracking_cfg.study), n_trials=sweep_size(overrides),
-            swept=tuple(o.key_or_group for o in parsed if o.is_sweep_override()), overrides=tuple(overrides),
-            command=" ".join(["python -m backtest", *sys.argv[1:]]), description=str(study_cfg.get("description", "")),
+            study=study_name(tracking_cfg.study),
+            n_trials=sweep_size(overrides),
+            swept=tuple(o.key_or_group for o in parsed if o.is_sweep_override()),
+            overrides=tuple(overrides),
+            command=" ".join(["python -m backtest", *sys.argv[1:]]),
+            description=str(study_cfg.get("description", "")),
             pbo_blocks=int(study_cfg.get("pbo_blocks", DEFAULT_PBO_BLOCKS)),
         )
         self.parent = open_sweep(self.tracker, self.sweep)

@@ -28,8 +28,10 @@ def read_table(path: str | Path, what: str = "panel", encoding: str = "utf-8") -
     try:
         codecs.lookup(encoding)
     except LookupError:
-        raise ConfigError(f"data.encoding: unknown text encoding {encoding!r}\n  fix: data.encoding=utf-8 (or "
-                          "gb18030 for GBK exports, latin-1, ...: a name Python's codecs know)") from None
+        raise ConfigError(
+            f"data.encoding: unknown text encoding {encoding!r}\n  fix: data.encoding=utf-8 (or "
+            "gb18030 for GBK exports, latin-1, ...: a name Python's codecs know)"
+        ) from None
     path = Path(path).expanduser()
     if path.is_dir():
         tables = sorted(p.name for p in path.iterdir() if p.suffix.lower() in _FORMATS)
@@ -58,8 +60,9 @@ def read_table(path: str | Path, what: str = "panel", encoding: str = "utf-8") -
     except UnicodeDecodeError as exc:
         raise _encoding_error(path, encoding, exc) from None
     except (pd.errors.ParserError, OSError, ValueError) as exc:
-        raise DataContractError(f"{path}: cannot be read as {fmt} ({exc})\n  fix: check the file is a complete {fmt} "
-                                "export") from None
+        raise DataContractError(
+            f"{path}: cannot be read as {fmt} ({exc})\n  fix: check the file is a complete {fmt} export"
+        ) from None
 
 
 def _encoding_error(path: Path, encoding: str, exc: UnicodeDecodeError) -> DataContractError:
@@ -105,8 +108,9 @@ def read_calendar(path: str | Path, encoding: str = "utf-8") -> pd.DatetimeIndex
     col = next((c for c in ("date", "cal_date", "trade_date") if c in table.columns), table.columns[0])
     days = pd.to_datetime(table[col].astype(str), errors="coerce", format="mixed")
     if days.isna().any():
-        raise DataContractError(f"{path}: unparseable dates in calendar column '{col}'\n  fix: one date per row, "
-                                "YYYY-MM-DD or YYYYMMDD")
+        raise DataContractError(
+            f"{path}: unparseable dates in calendar column '{col}'\n  fix: one date per row, YYYY-MM-DD or YYYYMMDD"
+        )
     return pd.DatetimeIndex(days.sort_values().unique(), name="date")
 
 
@@ -139,8 +143,10 @@ def read_panel(
         snapshots = read_table(membership_path, "membership", encoding)
         for need in ("date", "code"):
             if need not in snapshots.columns:
-                raise DataContractError(f"{membership_path}: missing column '{need}'\n  fix: a membership file has "
-                                        "one row per constituent per snapshot, columns date and code")
+                raise DataContractError(
+                    f"{membership_path}: missing column '{need}'\n  fix: a membership file has "
+                    "one row per constituent per snapshot, columns date and code"
+                )
         validate_membership(snapshots, panel.index.get_level_values(1).unique(), source=str(membership_path))
         if "in_universe" in panel.columns:
             log.info("%s: in_universe from %s replaces the panel's own column", path, membership_path)

@@ -32,7 +32,8 @@ def membership_from_snapshots(snapshots: pd.DataFrame, index: pd.MultiIndex) -> 
     if before.any():
         log.warning(
             "membership: %d panel rows (before %s) precede the first constituent snapshot; they are not members",
-            int(before.sum()), f"{snap_dates[0]:%Y-%m-%d}",
+            int(before.sum()),
+            f"{snap_dates[0]:%Y-%m-%d}",
         )
     snap_pos = np.searchsorted(snap_dates.to_numpy(), pd.to_datetime(snapshots["date"]).to_numpy())
     members = pd.MultiIndex.from_arrays([snap_pos, snapshots["code"].astype(str).to_numpy()])

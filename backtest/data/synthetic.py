@@ -52,11 +52,36 @@ from backtest.errors import ConfigError
 log = logging.getLogger(__name__)
 
 INDUSTRIES: tuple[str, ...] = (
-    "agriculture", "basic_chemicals", "steel", "nonferrous_metals", "electronics", "household_appliances",
-    "food_beverage", "textiles_apparel", "light_manufacturing", "pharmaceuticals", "utilities",
-    "transportation", "real_estate", "retail", "social_services", "banks", "non_bank_financials",
-    "conglomerates", "building_materials", "building_decoration", "power_equipment", "machinery",
-    "defense", "autos", "computers", "media", "telecom", "coal", "petroleum", "environmental",
+    "agriculture",
+    "basic_chemicals",
+    "steel",
+    "nonferrous_metals",
+    "electronics",
+    "household_appliances",
+    "food_beverage",
+    "textiles_apparel",
+    "light_manufacturing",
+    "pharmaceuticals",
+    "utilities",
+    "transportation",
+    "real_estate",
+    "retail",
+    "social_services",
+    "banks",
+    "non_bank_financials",
+    "conglomerates",
+    "building_materials",
+    "building_decoration",
+    "power_equipment",
+    "machinery",
+    "defense",
+    "autos",
+    "computers",
+    "media",
+    "telecom",
+    "coal",
+    "petroleum",
+    "environmental",
     "beauty_care",
 )
 
@@ -97,13 +122,11 @@ class SyntheticMarketConfig:
             )
         if not 1 <= self.n_industries <= len(INDUSTRIES):
             raise ConfigError(
-                f"synthetic market: n_industries must be between 1 and {len(INDUSTRIES)}, "
-                f"got {self.n_industries}."
+                f"synthetic market: n_industries must be between 1 and {len(INDUSTRIES)}, got {self.n_industries}."
             )
         if pd.Timestamp(self.end) <= pd.Timestamp(self.start) + pd.Timedelta(days=90):
             raise ConfigError(
-                f"synthetic market: the period {self.start} .. {self.end} is shorter than 90 days; "
-                "use a longer one."
+                f"synthetic market: the period {self.start} .. {self.end} is shorter than 90 days; use a longer one."
             )
 
 
@@ -258,14 +281,20 @@ def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
     in_universe = _index_membership(dates, total_mv, alive, suspended, list_idx, cfg.n_members)
 
     columns: dict[str, np.ndarray] = {
-        "open": open_, "high": high, "low": low, "close": close, "volume": volume, "amount": amount,
-        "up_limit": up_limit, "down_limit": down_limit, "total_mv": total_mv, "float_mv": float_mv,
+        "open": open_,
+        "high": high,
+        "low": low,
+        "close": close,
+        "volume": volume,
+        "amount": amount,
+        "up_limit": up_limit,
+        "down_limit": down_limit,
+        "total_mv": total_mv,
+        "float_mv": float_mv,
         **moneyflow,
     }
     rows, cols = np.nonzero(alive)  # row-major: sorted by date, then code
-    index = pd.MultiIndex.from_arrays(
-        [dates.astype("datetime64[ns]")[rows], codes[cols]], names=["date", "code"]
-    )
+    index = pd.MultiIndex.from_arrays([dates.astype("datetime64[ns]")[rows], codes[cols]], names=["date", "code"])
     data = {name: values[rows, cols].astype("float64") for name, values in columns.items()}
     data["industry"] = pd.Categorical.from_codes(industry_idx[cols], categories=industry_names)
     data["in_universe"] = in_universe[rows, cols]
@@ -273,11 +302,18 @@ def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
     panel = pd.DataFrame(data, index=index)
 
     truth = MarketTruth(
-        dates=pd.DatetimeIndex(dates, name="date"), codes=pd.Index(codes, name="code"), regime=regime,
-        drift=drift, flow=flow, industry_tilt=dict(zip(industry_names.tolist(), tilt.tolist())),
-        transient=transient, flow_scale=cfg.mf_strength * sigma,
-        industry_drift=cfg.industry_regime_strength * tilt[None, :] * regime[:, None], industry_of=industry_idx,
-        flow_persistence=cfg.flow_persistence, reversal_persistence=cfg.reversal_persistence,
+        dates=pd.DatetimeIndex(dates, name="date"),
+        codes=pd.Index(codes, name="code"),
+        regime=regime,
+        drift=drift,
+        flow=flow,
+        industry_tilt=dict(zip(industry_names.tolist(), tilt.tolist())),
+        transient=transient,
+        flow_scale=cfg.mf_strength * sigma,
+        industry_drift=cfg.industry_regime_strength * tilt[None, :] * regime[:, None],
+        industry_of=industry_idx,
+        flow_persistence=cfg.flow_persistence,
+        reversal_persistence=cfg.reversal_persistence,
     )
     log.info("synthetic market: %d days x %d stocks, %d rows", T, N, len(panel))
     return SyntheticMarket(panel=panel, truth=truth)
@@ -576,10 +612,19 @@ def planted_effect_strengths(market: SyntheticMarket, label: LabelWindow) -> pd.
     """
     horizon = label.exit_offset
     p = market.panel
-    wide = {c: p[c].unstack("code").reindex(index=market.truth.dates.astype("datetime64[ns]"),
-                                            columns=market.truth.codes)
-            for c in ("open", "close", "amount", "buy_lg_amount", "buy_elg_amount", "sell_lg_amount",
-                      "sell_elg_amount", "in_universe")}
+    wide = {
+        c: p[c].unstack("code").reindex(index=market.truth.dates.astype("datetime64[ns]"), columns=market.truth.codes)
+        for c in (
+            "open",
+            "close",
+            "amount",
+            "buy_lg_amount",
+            "buy_elg_amount",
+            "sell_lg_amount",
+            "sell_elg_amount",
+            "in_universe",
+        )
+    }
     open_ = wide["open"].to_numpy()
     close = wide["close"].to_numpy()
     grid = WideGrid.of(p)  # the labels' trading rule; a day without a row is a day without trading
@@ -594,8 +639,9 @@ def planted_effect_strengths(market: SyntheticMarket, label: LabelWindow) -> pd.
     label = np.where(tradable, exit_ / entry - 1.0, np.nan)
 
     amount = wide["amount"].to_numpy()
-    main = (wide["buy_lg_amount"] + wide["buy_elg_amount"]
-            - wide["sell_lg_amount"] - wide["sell_elg_amount"]).to_numpy()
+    main = (
+        wide["buy_lg_amount"] + wide["buy_elg_amount"] - wide["sell_lg_amount"] - wide["sell_elg_amount"]
+    ).to_numpy()
     with np.errstate(invalid="ignore", divide="ignore"):
         main_rate = np.where(amount > 0, main / amount, np.nan)
     mf_ma5 = pd.DataFrame(main_rate).rolling(5, min_periods=3).mean().to_numpy()
@@ -614,8 +660,12 @@ def planted_effect_strengths(market: SyntheticMarket, label: LabelWindow) -> pd.
         if days is not None:
             ic = ic[days]
         ic = ic[np.isfinite(ic)]
-        return {"effect": name, "rank_ic": ic.mean(), "std_err": ic.std(ddof=1) / np.sqrt(len(ic)) * np.sqrt(horizon),
-                "days": len(ic)}
+        return {
+            "effect": name,
+            "rank_ic": ic.mean(),
+            "std_err": ic.std(ddof=1) / np.sqrt(len(ic)) * np.sqrt(horizon),
+            "days": len(ic),
+        }
 
     rows = [
         row("money flow: main-force net inflow rate, 5-day mean", mf_ma5),
@@ -663,9 +713,11 @@ def observable_expected_return(truth: MarketTruth, days: int) -> np.ndarray:
         raise ConfigError("the synthetic market's truth lacks its observable states; make it with simulate_market")
     phi_f, phi_r = truth.flow_persistence, truth.reversal_persistence
     flow_sum = (1.0 - phi_f**days) / (1.0 - phi_f)
-    return (truth.flow_scale[None, :] * truth.flow * flow_sum
-            + truth.transient * (phi_r**days - 1.0)
-            + truth.industry_drift[:, truth.industry_of] * days)
+    return (
+        truth.flow_scale[None, :] * truth.flow * flow_sum
+        + truth.transient * (phi_r**days - 1.0)
+        + truth.industry_drift[:, truth.industry_of] * days
+    )
 
 
 def oracle_scores(market: SyntheticMarket, holding_days: int) -> pd.Series:

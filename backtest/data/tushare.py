@@ -74,7 +74,14 @@ log = logging.getLogger(__name__)
 
 #: The files an export may hold, in reading order; ``DEFAULT_FILES[key]`` is the file stem.
 FILE_KEYS: tuple[str, ...] = (
-    "daily", "adj_factor", "moneyflow", "daily_basic", "stk_limit", "index_weight", "industry", "trade_cal",
+    "daily",
+    "adj_factor",
+    "moneyflow",
+    "daily_basic",
+    "stk_limit",
+    "index_weight",
+    "industry",
+    "trade_cal",
 )
 DEFAULT_FILES: Mapping[str, str] = MappingProxyType({key: key for key in FILE_KEYS})
 #: Extensions tried, in order, for a file stem.
@@ -95,32 +102,55 @@ class _StockDayTable:
     extra_numeric: tuple[str, ...] = ()  # read as numbers for unit checks, not kept
 
 
-_TABLES: Mapping[str, _StockDayTable] = MappingProxyType({
-    "daily": _StockDayTable(
-        required=("close",),
-        fields=MappingProxyType({"open": ("open", 1.0), "high": ("high", 1.0), "low": ("low", 1.0),
-                                 "close": ("close", 1.0), "vol": ("volume", 100.0), "amount": ("amount", 1000.0)}),
-    ),
-    "adj_factor": _StockDayTable(
-        required=("adj_factor",), fields=MappingProxyType({"adj_factor": ("adj_factor", 1.0)}),
-    ),
-    "moneyflow": _StockDayTable(
-        required=MONEYFLOW_COLUMNS, fields=MappingProxyType({c: (c, 10_000.0) for c in MONEYFLOW_COLUMNS}),
-    ),
-    "daily_basic": _StockDayTable(
-        required=("total_mv", "circ_mv"),
-        fields=MappingProxyType({"total_mv": ("total_mv", 10_000.0), "circ_mv": ("float_mv", 10_000.0)}),
-        any_of=True, extra_numeric=("total_share", "float_share"),
-    ),
-    "stk_limit": _StockDayTable(
-        required=("up_limit", "down_limit"),
-        fields=MappingProxyType({"up_limit": ("up_limit", 1.0), "down_limit": ("down_limit", 1.0)}),
-    ),
-})
+_TABLES: Mapping[str, _StockDayTable] = MappingProxyType(
+    {
+        "daily": _StockDayTable(
+            required=("close",),
+            fields=MappingProxyType(
+                {
+                    "open": ("open", 1.0),
+                    "high": ("high", 1.0),
+                    "low": ("low", 1.0),
+                    "close": ("close", 1.0),
+                    "vol": ("volume", 100.0),
+                    "amount": ("amount", 1000.0),
+                }
+            ),
+        ),
+        "adj_factor": _StockDayTable(
+            required=("adj_factor",),
+            fields=MappingProxyType({"adj_factor": ("adj_factor", 1.0)}),
+        ),
+        "moneyflow": _StockDayTable(
+            required=MONEYFLOW_COLUMNS,
+            fields=MappingProxyType({c: (c, 10_000.0) for c in MONEYFLOW_COLUMNS}),
+        ),
+        "daily_basic": _StockDayTable(
+            required=("total_mv", "circ_mv"),
+            fields=MappingProxyType({"total_mv": ("total_mv", 10_000.0), "circ_mv": ("float_mv", 10_000.0)}),
+            any_of=True,
+            extra_numeric=("total_share", "float_share"),
+        ),
+        "stk_limit": _StockDayTable(
+            required=("up_limit", "down_limit"),
+            fields=MappingProxyType({"up_limit": ("up_limit", 1.0), "down_limit": ("down_limit", 1.0)}),
+        ),
+    }
+)
 
 _COLUMN_ORDER: tuple[str, ...] = (
-    *PRICE_COLUMNS, "volume", "amount", "adj_factor", "up_limit", "down_limit", "total_mv", "float_mv",
-    *MONEYFLOW_COLUMNS, "industry", "in_universe", "is_suspended",
+    *PRICE_COLUMNS,
+    "volume",
+    "amount",
+    "adj_factor",
+    "up_limit",
+    "down_limit",
+    "total_mv",
+    "float_mv",
+    *MONEYFLOW_COLUMNS,
+    "industry",
+    "in_universe",
+    "is_suspended",
 )
 _INDUSTRY_CODE_FIELDS = ("ts_code", "con_code")
 _INDUSTRY_NAME_FIELDS = ("industry", "l1_name", "industry_name", "index_name")
@@ -175,13 +205,18 @@ def import_tushare(
     2024-01-03 000001.SZ   10.0  150000.0  1500000.0
     """
     if suspended_rows not in SUSPENDED_ROWS:
-        raise ConfigError(f"import_tushare: suspended_rows must be one of {list(SUSPENDED_ROWS)}, got "
-                          f"{suspended_rows!r}\n  fix: use last_close (default), nan or absent")
+        raise ConfigError(
+            f"import_tushare: suspended_rows must be one of {list(SUSPENDED_ROWS)}, got "
+            f"{suspended_rows!r}\n  fix: use last_close (default), nan or absent"
+        )
     paths = tushare_paths(directory, files)
     daily_path = paths["daily"]
     if daily_path is None:
-        looked = "files sets daily to null" if files and "daily" in files else \
-            f"looked for {preview([DEFAULT_FILES['daily'] + ext for ext in EXTENSIONS])}"
+        looked = (
+            "files sets daily to null"
+            if files and "daily" in files
+            else f"looked for {preview([DEFAULT_FILES['daily'] + ext for ext in EXTENSIONS])}"
+        )
         raise DataContractError(
             f"{directory}: no Tushare daily file (the only required one)\n  where: {looked}\n  fix: export the "
             "daily API (ts_code, trade_date, open, high, low, close, vol, amount) as daily.csv or daily.parquet, "
@@ -191,8 +226,9 @@ def import_tushare(
 
     bars = _read_stock_days(daily_path, "daily")
     _check_daily_units(bars, str(daily_path))
-    days = pd.DatetimeIndex(calendar if calendar is not None else np.unique(bars["date"].to_numpy()),
-                            name="date").astype("datetime64[ns]")
+    days = pd.DatetimeIndex(
+        calendar if calendar is not None else np.unique(bars["date"].to_numpy()), name="date"
+    ).astype("datetime64[ns]")
     if calendar is not None:
         _check_on_calendar(bars, calendar, str(daily_path), str(paths["trade_cal"]))
     frame = _with_suspension_rows(bars, days, suspended_rows)
@@ -209,18 +245,27 @@ def import_tushare(
     if "up_limit" in frame.columns:
         _check_limits(frame, str(paths["stk_limit"]))
     if paths["industry"] is not None:
-        frame["industry"] = _industry(read_table(paths["industry"], "Tushare industry"), frame.index,
-                                      str(paths["industry"]))
+        frame["industry"] = _industry(
+            read_table(paths["industry"], "Tushare industry"), frame.index, str(paths["industry"])
+        )
     if paths["index_weight"] is not None:
-        frame["in_universe"] = _membership(read_table(paths["index_weight"], "Tushare index_weight"), index_code,
-                                           frame.index, str(paths["index_weight"]))
+        frame["in_universe"] = _membership(
+            read_table(paths["index_weight"], "Tushare index_weight"),
+            index_code,
+            frame.index,
+            str(paths["index_weight"]),
+        )
 
     frame = frame[[c for c in _COLUMN_ORDER if c in frame.columns]]
     panel = validate_panel(_canonical_types(frame), source=str(directory), calendar=calendar)
     log.info(
         "tushare %s: %d rows, %d stocks, %d days (%s .. %s), files %s%s",
-        directory, len(panel), panel.index.get_level_values(1).nunique(), panel.index.get_level_values(0).nunique(),
-        f"{panel.index[0][0]:%Y-%m-%d}", f"{panel.index[-1][0]:%Y-%m-%d}",
+        directory,
+        len(panel),
+        panel.index.get_level_values(1).nunique(),
+        panel.index.get_level_values(0).nunique(),
+        f"{panel.index[0][0]:%Y-%m-%d}",
+        f"{panel.index[-1][0]:%Y-%m-%d}",
         ", ".join(k for k in FILE_KEYS if paths[k] is not None),
         f", {int(panel['is_suspended'].sum())} suspended rows added" if "is_suspended" in panel.columns else "",
     )
@@ -235,14 +280,18 @@ def tushare_paths(directory: str | Path, files: Mapping[str, str | None] | None 
     """
     directory = Path(directory).expanduser()
     if not directory.is_dir():
-        raise DataContractError(f"Tushare export directory not found: {directory}\n  fix: pass an existing folder, "
-                                "e.g. data.directory=/abs/path/tushare (download one with "
-                                "`python -m backtest.data.tushare_download`)")
+        raise DataContractError(
+            f"Tushare export directory not found: {directory}\n  fix: pass an existing folder, "
+            "e.g. data.directory=/abs/path/tushare (download one with "
+            "`python -m backtest.data.tushare_download`)"
+        )
     files = dict(files or {})
     unknown = sorted(set(files) - set(FILE_KEYS))
     if unknown:
-        raise ConfigError(f"import_tushare: unknown file key(s) {unknown}; known keys: {list(FILE_KEYS)}\n  fix: "
-                          "override only those keys, e.g. files={'daily': 'bars.csv', 'moneyflow': None}")
+        raise ConfigError(
+            f"import_tushare: unknown file key(s) {unknown}; known keys: {list(FILE_KEYS)}\n  fix: "
+            "override only those keys, e.g. files={'daily': 'bars.csv', 'moneyflow': None}"
+        )
     out: dict[str, Path | None] = {}
     for key in FILE_KEYS:
         if key in files:
@@ -253,15 +302,19 @@ def tushare_paths(directory: str | Path, files: Mapping[str, str | None] | None 
             path = Path(name).expanduser()
             path = path if path.is_absolute() else directory / path
             if not path.is_file():
-                raise DataContractError(f"{path}: file for Tushare '{key}' not found\n  fix: check files.{key} "
-                                        f"(relative names resolve against {directory}), or set it to null to skip it")
+                raise DataContractError(
+                    f"{path}: file for Tushare '{key}' not found\n  fix: check files.{key} "
+                    f"(relative names resolve against {directory}), or set it to null to skip it"
+                )
             out[key] = path
             continue
         found = [directory / f"{DEFAULT_FILES[key]}{ext}" for ext in EXTENSIONS]
         found = [p for p in found if p.is_file()]
         if len(found) > 1:
-            raise DataContractError(f"{directory}: Tushare '{key}' is there twice ({preview(p.name for p in found)})"
-                                    "\n  fix: delete the stale one, or choose one with files={'" + key + "': ...}")
+            raise DataContractError(
+                f"{directory}: Tushare '{key}' is there twice ({preview(p.name for p in found)})"
+                "\n  fix: delete the stale one, or choose one with files={'" + key + "': ...}"
+            )
         out[key] = found[0] if found else None
     return out
 
@@ -290,12 +343,19 @@ def _read_stock_days(path: Path, key: str) -> pd.DataFrame:
     else:
         missing += [c for c in spec.required if c not in table.columns]
     if missing:
-        raise _error(source, f"missing column(s) {missing} of the Tushare {key} API",
-                     f"columns present: {preview(table.columns, 12)}",
-                     f"export {key} with Tushare's field names ({', '.join([*_KEYS, *spec.required])}); "
-                     "do not rename or convert the fields")
-    out = pd.DataFrame({"date": _parse_dates(table["trade_date"], "trade_date", source),
-                        "code": _parse_codes(table["ts_code"], "ts_code", source)})
+        raise _error(
+            source,
+            f"missing column(s) {missing} of the Tushare {key} API",
+            f"columns present: {preview(table.columns, 12)}",
+            f"export {key} with Tushare's field names ({', '.join([*_KEYS, *spec.required])}); "
+            "do not rename or convert the fields",
+        )
+    out = pd.DataFrame(
+        {
+            "date": _parse_dates(table["trade_date"], "trade_date", source),
+            "code": _parse_codes(table["ts_code"], "ts_code", source),
+        }
+    )
     for field in [*spec.fields, *spec.extra_numeric]:
         if field not in table.columns:
             continue
@@ -304,8 +364,12 @@ def _read_stock_days(path: Path, key: str) -> pd.DataFrame:
         out[column] = values * scale if scale != 1.0 else values
     dup = out.duplicated(["date", "code"], keep=False).to_numpy()
     if dup.any():
-        raise _error(source, f"{int(dup.sum())} rows share a (ts_code, trade_date) key",
-                     _keys_at(out, dup), "keep one row per stock and day (the export was probably appended twice)")
+        raise _error(
+            source,
+            f"{int(dup.sum())} rows share a (ts_code, trade_date) key",
+            _keys_at(out, dup),
+            "keep one row per stock and day (the export was probably appended twice)",
+        )
     return out
 
 
@@ -331,9 +395,12 @@ def _parse_dates(values: pd.Series, field: str, source: str, allow_missing: bool
     missing = np.isnat(parsed) & ~(blank if allow_missing else np.zeros(len(parsed), dtype=bool))
     if missing.any():
         shown = values[missing].astype("string").fillna("<empty>").unique()
-        raise _error(source, f"{int(missing.sum())} unparseable or empty date(s) in '{field}'",
-                     f"rows {preview(np.flatnonzero(missing))}: values {preview(shown)}",
-                     "Tushare dates are YYYYMMDD (e.g. 20240102); ISO YYYY-MM-DD works too")
+        raise _error(
+            source,
+            f"{int(missing.sum())} unparseable or empty date(s) in '{field}'",
+            f"rows {preview(np.flatnonzero(missing))}: values {preview(shown)}",
+            "Tushare dates are YYYYMMDD (e.g. 20240102); ISO YYYY-MM-DD works too",
+        )
     return parsed
 
 
@@ -341,9 +408,12 @@ def _parse_codes(values: pd.Series, field: str, source: str) -> np.ndarray:
     codes = values.astype("string").str.strip()
     bad = (codes.isna() | (codes == "")).to_numpy(dtype=bool)
     if bad.any():
-        raise _error(source, f"{int(bad.sum())} empty stock code(s) in '{field}'",
-                     f"rows {preview(np.flatnonzero(bad))}",
-                     "every row needs a Tushare code such as 600000.SH")
+        raise _error(
+            source,
+            f"{int(bad.sum())} empty stock code(s) in '{field}'",
+            f"rows {preview(np.flatnonzero(bad))}",
+            "every row needs a Tushare code such as 600000.SH",
+        )
     return codes.astype(object).to_numpy()
 
 
@@ -354,9 +424,12 @@ def _numeric(values: pd.Series, field: str, source: str, keys: pd.DataFrame) -> 
     blank = values.isna() | (values.astype("string").str.strip() == "").fillna(True)
     bad = (num.isna() & ~blank).to_numpy(dtype=bool)
     if bad.any():
-        raise _error(source, f"text in numeric field '{field}'",
-                     f"{_keys_at(keys, bad)}: values {preview(values[bad].astype('string').unique())}",
-                     f"'{field}' must hold numbers only (an empty cell for a missing value)")
+        raise _error(
+            source,
+            f"text in numeric field '{field}'",
+            f"{_keys_at(keys, bad)}: values {preview(values[bad].astype('string').unique())}",
+            f"'{field}' must hold numbers only (an empty cell for a missing value)",
+        )
     return num.to_numpy(dtype="float64")
 
 
@@ -379,8 +452,9 @@ def _median_ratio(num: np.ndarray, den: np.ndarray) -> float:
 
 
 def _unit_error(source: str, measured: str, ratio: float, expected: str, fix: str) -> DataContractError:
-    return _error(source, f"the units look wrong: {measured} is {ratio:.4g} (expected {expected})",
-                  "median over all rows", fix)
+    return _error(
+        source, f"the units look wrong: {measured} is {ratio:.4g} (expected {expected})", "median over all rows", fix
+    )
 
 
 def _check_daily_units(bars: pd.DataFrame, source: str) -> None:
@@ -389,9 +463,14 @@ def _check_daily_units(bars: pd.DataFrame, source: str) -> None:
         return
     ratio = _median_ratio(bars["amount"].to_numpy() / bars["volume"].to_numpy(), bars["close"].to_numpy())
     if np.isfinite(ratio) and not 0.5 <= ratio <= 2.0:
-        raise _unit_error(source, "(amount x 1000 CNY) / (vol x 100 shares) / close", ratio, "about 1",
-                          "Tushare daily has vol in lots (100 shares) and amount in thousands of CNY; pass the raw "
-                          "export (a panel already in shares and CNY loads with data=parquet or data=csv)")
+        raise _unit_error(
+            source,
+            "(amount x 1000 CNY) / (vol x 100 shares) / close",
+            ratio,
+            "about 1",
+            "Tushare daily has vol in lots (100 shares) and amount in thousands of CNY; pass the raw "
+            "export (a panel already in shares and CNY loads with data=parquet or data=csv)",
+        )
 
 
 def _check_moneyflow_units(table: pd.DataFrame, bars: pd.DataFrame, source: str) -> None:
@@ -402,9 +481,14 @@ def _check_moneyflow_units(table: pd.DataFrame, bars: pd.DataFrame, source: str)
     buys = both[[c for c in MONEYFLOW_COLUMNS if c.startswith("buy_")]].sum(axis=1, min_count=1).to_numpy()
     ratio = _median_ratio(buys, both["amount"].to_numpy())
     if np.isfinite(ratio) and not 0.25 <= ratio <= 4.0:
-        raise _unit_error(source, "(sum of buy_*_amount x 10,000 CNY) / (daily amount x 1000 CNY)", ratio, "about 1",
-                          "Tushare moneyflow amounts are in 10,000 CNY and daily amount in 1,000 CNY; pass both "
-                          "raw exports, unconverted")
+        raise _unit_error(
+            source,
+            "(sum of buy_*_amount x 10,000 CNY) / (daily amount x 1000 CNY)",
+            ratio,
+            "about 1",
+            "Tushare moneyflow amounts are in 10,000 CNY and daily amount in 1,000 CNY; pass both "
+            "raw exports, unconverted",
+        )
 
 
 def _check_daily_basic_units(table: pd.DataFrame, bars: pd.DataFrame, source: str) -> None:
@@ -412,32 +496,48 @@ def _check_daily_basic_units(table: pd.DataFrame, bars: pd.DataFrame, source: st
     if "total_mv" not in table.columns or "total_share" not in table.columns:
         return
     both = table.merge(bars[["date", "code", "close"]], on=["date", "code"])
-    ratio = _median_ratio(both["total_mv"].to_numpy() / 10_000.0,
-                          both["total_share"].to_numpy() * both["close"].to_numpy())
+    ratio = _median_ratio(
+        both["total_mv"].to_numpy() / 10_000.0, both["total_share"].to_numpy() * both["close"].to_numpy()
+    )
     if np.isfinite(ratio) and not 0.5 <= ratio <= 2.0:
-        raise _unit_error(source, "total_mv / (total_share x close), both in units of 10,000", ratio, "about 1",
-                          "pass the raw daily_basic export: total_mv and circ_mv in 10,000 CNY, total_share in "
-                          "10,000 shares")
+        raise _unit_error(
+            source,
+            "total_mv / (total_share x close), both in units of 10,000",
+            ratio,
+            "about 1",
+            "pass the raw daily_basic export: total_mv and circ_mv in 10,000 CNY, total_share in 10,000 shares",
+        )
 
 
 def _check_limit_units(table: pd.DataFrame, bars: pd.DataFrame, source: str) -> None:
     both = table.merge(bars[["date", "code", "close"]], on=["date", "code"])
     ratio = _median_ratio(both["up_limit"].to_numpy(), both["close"].to_numpy())
     if np.isfinite(ratio) and not 0.95 <= ratio <= 1.6:
-        raise _unit_error(source, "up_limit / close", ratio, "about 1.1 (1.2 on ChiNext and STAR)",
-                          "stk_limit prices are raw CNY like daily's; do not adjust them")
+        raise _unit_error(
+            source,
+            "up_limit / close",
+            ratio,
+            "about 1.1 (1.2 on ChiNext and STAR)",
+            "stk_limit prices are raw CNY like daily's; do not adjust them",
+        )
     with np.errstate(invalid="ignore"):
         crossed = (table["up_limit"] < table["down_limit"]).to_numpy()
     if crossed.any():
-        raise _error(source, f"{int(crossed.sum())} row(s) with up_limit < down_limit", _keys_at(table, crossed),
-                     "check the export: the columns may be swapped")
+        raise _error(
+            source,
+            f"{int(crossed.sum())} row(s) with up_limit < down_limit",
+            _keys_at(table, crossed),
+            "check the export: the columns may be swapped",
+        )
 
 
-_UNIT_CHECKS = MappingProxyType({
-    "moneyflow": _check_moneyflow_units,
-    "daily_basic": _check_daily_basic_units,
-    "stk_limit": _check_limit_units,
-})
+_UNIT_CHECKS = MappingProxyType(
+    {
+        "moneyflow": _check_moneyflow_units,
+        "daily_basic": _check_daily_basic_units,
+        "stk_limit": _check_limit_units,
+    }
+)
 
 
 def _check_limits(frame: pd.DataFrame, source: str) -> None:
@@ -447,21 +547,29 @@ def _check_limits(frame: pd.DataFrame, source: str) -> None:
     close = frame["close"].to_numpy()
     tolerance = tradability.LIMIT_TOLERANCE
     with np.errstate(invalid="ignore"):
-        out = trading & ((close > frame["up_limit"].to_numpy() + tolerance)
-                         | (close < frame["down_limit"].to_numpy() - tolerance))
+        out = trading & (
+            (close > frame["up_limit"].to_numpy() + tolerance) | (close < frame["down_limit"].to_numpy() - tolerance)
+        )
     if out.any():
-        log.warning("%s: %d close(s) outside [down_limit, up_limit]: %s", source, int(out.sum()),
-                    preview(f"({d:%Y-%m-%d}, {c})" for d, c in frame.index[out]))
+        log.warning(
+            "%s: %d close(s) outside [down_limit, up_limit]: %s",
+            source,
+            int(out.sum()),
+            preview(f"({d:%Y-%m-%d}, {c})" for d, c in frame.index[out]),
+        )
 
 
 def _check_on_calendar(bars: pd.DataFrame, calendar: pd.DatetimeIndex, source: str, cal_source: str) -> None:
     off = ~pd.DatetimeIndex(bars["date"]).isin(calendar)
     if off.any():
         dates = pd.DatetimeIndex(np.unique(bars["date"].to_numpy()[off]))
-        raise _error(source, f"{int(off.sum())} bar(s) on {len(dates)} day(s) that are not open days of {cal_source}",
-                     f"dates {preview(dates.strftime('%Y-%m-%d'))} (calendar {calendar.min():%Y-%m-%d} .. "
-                     f"{calendar.max():%Y-%m-%d})", "export trade_cal (is_open) for the whole period of daily, "
-                     "or skip it with files={'trade_cal': None}")
+        raise _error(
+            source,
+            f"{int(off.sum())} bar(s) on {len(dates)} day(s) that are not open days of {cal_source}",
+            f"dates {preview(dates.strftime('%Y-%m-%d'))} (calendar {calendar.min():%Y-%m-%d} .. "
+            f"{calendar.max():%Y-%m-%d})",
+            "export trade_cal (is_open) for the whole period of daily, or skip it with files={'trade_cal': None}",
+        )
 
 
 # --- assembling the panel ---------------------------------------------------------------------------
@@ -517,17 +625,27 @@ def _attach(frame: pd.DataFrame, table: pd.DataFrame, key: str, source: str) -> 
     matched = table.index.isin(frame.index)
     if not matched.any():
         days = table.index.get_level_values(0)
-        raise _error(source, f"none of its {len(table)} rows matches a (trade_date, ts_code) of daily",
-                     f"its codes {preview(table.index.get_level_values(1).unique())}, dates "
-                     f"{days.min():%Y-%m-%d} .. {days.max():%Y-%m-%d}",
-                     f"export {key} for the same stocks and period as daily (same ts_code format, e.g. 600000.SH)")
+        raise _error(
+            source,
+            f"none of its {len(table)} rows matches a (trade_date, ts_code) of daily",
+            f"its codes {preview(table.index.get_level_values(1).unique())}, dates "
+            f"{days.min():%Y-%m-%d} .. {days.max():%Y-%m-%d}",
+            f"export {key} for the same stocks and period as daily (same ts_code format, e.g. 600000.SH)",
+        )
     out = frame.join(table[columns], how="left")
     covered = out[columns[0]].notna().to_numpy()
     trading = ~tradability.suspended_rows(out)
     coverage = covered[trading].mean()
     level = logging.WARNING if coverage < 0.9 else logging.INFO
-    log.log(level, "%s: %d of %d rows match a bar or a suspended day of daily (the rest are for other stocks or "
-            "days); they cover %.1f%% of the bars", source, int(matched.sum()), len(table), 100 * coverage)
+    log.log(
+        level,
+        "%s: %d of %d rows match a bar or a suspended day of daily (the rest are for other stocks or "
+        "days); they cover %.1f%% of the bars",
+        source,
+        int(matched.sum()),
+        len(table),
+        100 * coverage,
+    )
     return out
 
 
@@ -542,8 +660,9 @@ def _fill_gaps(frame: pd.DataFrame, carry_close: bool) -> pd.DataFrame:
         frame["adj_factor"] = frame["adj_factor"].groupby(by_code).ffill()
         filled = missing & frame["adj_factor"].notna().to_numpy()
         if filled.any():
-            log.info("adj_factor: %d missing factor(s) carried forward from the stock's previous day",
-                     int(filled.sum()))
+            log.info(
+                "adj_factor: %d missing factor(s) carried forward from the stock's previous day", int(filled.sum())
+            )
     if not suspended.any():
         return frame
     if carry_close:
@@ -569,46 +688,67 @@ def _industry(table: pd.DataFrame, index: pd.MultiIndex, source: str) -> pd.Seri
     code_field = next((c for c in _INDUSTRY_CODE_FIELDS if c in table.columns), None)
     name_field = next((c for c in _INDUSTRY_NAME_FIELDS if c in table.columns), None)
     if code_field is None or name_field is None:
-        raise _error(source, "an industry file needs a stock code and an industry name column",
-                     f"columns present: {preview(table.columns, 12)}",
-                     f"use Tushare's index_member_all (ts_code, l1_name, in_date, out_date) or stock_basic (ts_code, "
-                     f"industry); accepted code fields {list(_INDUSTRY_CODE_FIELDS)}, name fields "
-                     f"{list(_INDUSTRY_NAME_FIELDS)}")
+        raise _error(
+            source,
+            "an industry file needs a stock code and an industry name column",
+            f"columns present: {preview(table.columns, 12)}",
+            f"use Tushare's index_member_all (ts_code, l1_name, in_date, out_date) or stock_basic (ts_code, "
+            f"industry); accepted code fields {list(_INDUSTRY_CODE_FIELDS)}, name fields "
+            f"{list(_INDUSTRY_NAME_FIELDS)}",
+        )
     if len(table) == 0:
         raise _error(source, "the industry file has no rows", "whole file", "export it again, or skip it")
-    cls = pd.DataFrame({"code": pd.Series(_parse_codes(table[code_field], code_field, source), dtype=str),
-                        "industry": table[name_field].astype("string").str.strip().to_numpy()})
+    cls = pd.DataFrame(
+        {
+            "code": pd.Series(_parse_codes(table[code_field], code_field, source), dtype=str),
+            "industry": table[name_field].astype("string").str.strip().to_numpy(),
+        }
+    )
     rows = pd.DataFrame({"date": index.get_level_values(0), "code": pd.Series(index.get_level_values(1), dtype=str)})
     rows["date"] = rows["date"].astype("datetime64[ns]")
     if "in_date" in table.columns:
         cls["in_date"] = _parse_dates(table["in_date"], "in_date", source)
-        cls["out_date"] = (_parse_dates(table["out_date"], "out_date", source, allow_missing=True)
-                           if "out_date" in table.columns else np.datetime64("NaT", "ns"))
+        cls["out_date"] = (
+            _parse_dates(table["out_date"], "out_date", source, allow_missing=True)
+            if "out_date" in table.columns
+            else np.datetime64("NaT", "ns")
+        )
         dup = cls.duplicated(["code", "in_date"], keep=False).to_numpy()
         if dup.any():
-            raise _error(source, f"{int(dup.sum())} rows give one stock two industries from the same in_date",
-                         f"codes {preview(cls.loc[dup, 'code'].unique())}",
-                         "keep one classification per stock and in_date (one level, e.g. Shenwan L1)")
+            raise _error(
+                source,
+                f"{int(dup.sum())} rows give one stock two industries from the same in_date",
+                f"codes {preview(cls.loc[dup, 'code'].unique())}",
+                "keep one classification per stock and in_date (one level, e.g. Shenwan L1)",
+            )
         cls = cls.sort_values("in_date", kind="stable")
-        found = pd.merge_asof(rows.reset_index(names="row"), cls, left_on="date", right_on="in_date", by="code",
-                              direction="backward")
+        found = pd.merge_asof(
+            rows.reset_index(names="row"), cls, left_on="date", right_on="in_date", by="code", direction="backward"
+        )
         ended = (found["out_date"].notna() & (found["out_date"] < found["date"])).to_numpy()
         values = found["industry"].mask(ended)
     else:
         cls = cls.drop_duplicates()
         dup = cls["code"].duplicated(keep=False).to_numpy()
         if dup.any():
-            raise _error(source, f"{int(dup.sum())} rows give stocks more than one industry and no in_date",
-                         f"codes {preview(cls.loc[dup, 'code'].unique())}",
-                         "export one industry per stock, or add in_date / out_date columns (index_member_all)")
-        log.warning("%s: undated industry classification (as of the export) applied to every day; a stock "
-                    "reclassified during the period gets its later industry on earlier days too", source)
+            raise _error(
+                source,
+                f"{int(dup.sum())} rows give stocks more than one industry and no in_date",
+                f"codes {preview(cls.loc[dup, 'code'].unique())}",
+                "export one industry per stock, or add in_date / out_date columns (index_member_all)",
+            )
+        log.warning(
+            "%s: undated industry classification (as of the export) applied to every day; a stock "
+            "reclassified during the period gets its later industry on earlier days too",
+            source,
+        )
         values = rows["code"].map(cls.set_index("code")["industry"])
     values = pd.Series(values.to_numpy(), index=index, name="industry")
     unclassified = index.get_level_values(1)[values.isna().to_numpy()].unique()
     if len(unclassified):
-        log.info("%s: %d stock(s) without an industry on some days: %s", source, len(unclassified),
-                 preview(unclassified))
+        log.info(
+            "%s: %d stock(s) without an industry on some days: %s", source, len(unclassified), preview(unclassified)
+        )
     return values
 
 
@@ -616,30 +756,50 @@ def _membership(table: pd.DataFrame, index_code: str, index: pd.MultiIndex, sour
     """Point-in-time ``in_universe`` from the index_weight snapshots of ``index_code``."""
     missing = [c for c in ("index_code", "con_code", "trade_date") if c not in table.columns]
     if missing:
-        raise _error(source, f"missing column(s) {missing} of the Tushare index_weight API",
-                     f"columns present: {preview(table.columns, 12)}",
-                     "export index_weight with its own field names (index_code, con_code, trade_date, weight)")
+        raise _error(
+            source,
+            f"missing column(s) {missing} of the Tushare index_weight API",
+            f"columns present: {preview(table.columns, 12)}",
+            "export index_weight with its own field names (index_code, con_code, trade_date, weight)",
+        )
     codes = table["index_code"].astype("string").str.strip()
     mine = (codes == index_code).fillna(False).to_numpy(dtype=bool)
     if not mine.any():
-        raise _error(source, f"no constituents of index {index_code}", f"index codes in the file: "
-                     f"{preview(codes.dropna().unique())}", "pass index_code= one of those (e.g. data.index_code="
-                     "000905.SH), or export index_weight for the index you want")
+        raise _error(
+            source,
+            f"no constituents of index {index_code}",
+            f"index codes in the file: {preview(codes.dropna().unique())}",
+            "pass index_code= one of those (e.g. data.index_code="
+            "000905.SH), or export index_weight for the index you want",
+        )
     table = table[mine]
-    snapshots = pd.DataFrame({"date": _parse_dates(table["trade_date"], "trade_date", source),
-                              "code": _parse_codes(table["con_code"], "con_code", source)})
+    snapshots = pd.DataFrame(
+        {
+            "date": _parse_dates(table["trade_date"], "trade_date", source),
+            "code": _parse_codes(table["con_code"], "con_code", source),
+        }
+    )
     first, last = index.get_level_values(0)[0], index.get_level_values(0)[-1]
     snap_dates = np.unique(snapshots["date"].to_numpy())
     start = snap_dates[snap_dates <= np.datetime64(first)]
     keep = (snapshots["date"] <= last) & (snapshots["date"] >= (start[-1] if len(start) else first))
     if not keep.any():
-        raise _error(source, f"the first snapshot of {index_code} ({pd.Timestamp(snap_dates[0]):%Y-%m-%d}) comes "
-                     f"after the last day of daily ({last:%Y-%m-%d})", "trade_date",
-                     "export index_weight for the period of daily (and the month before it)")
+        raise _error(
+            source,
+            f"the first snapshot of {index_code} ({pd.Timestamp(snap_dates[0]):%Y-%m-%d}) comes "
+            f"after the last day of daily ({last:%Y-%m-%d})",
+            "trade_date",
+            "export index_weight for the period of daily (and the month before it)",
+        )
     dropped = int((~keep).sum())
     if dropped:
-        log.info("%s: %d constituent row(s) of snapshots superseded before %s or dated after %s are not used",
-                 source, dropped, f"{first:%Y-%m-%d}", f"{last:%Y-%m-%d}")
+        log.info(
+            "%s: %d constituent row(s) of snapshots superseded before %s or dated after %s are not used",
+            source,
+            dropped,
+            f"{first:%Y-%m-%d}",
+            f"{last:%Y-%m-%d}",
+        )
     snapshots = snapshots[keep.to_numpy()]
     validate_membership(snapshots, index.get_level_values(1).unique(), source=f"{source} ({index_code})")
     return membership_from_snapshots(snapshots, index)
@@ -705,8 +865,9 @@ def panel_to_tushare(panel: pd.DataFrame, index_code: str = DEFAULT_INDEX_CODE) 
         out["daily_basic"] = basic[trading].reset_index(drop=True)
     if {"up_limit", "down_limit"} <= set(panel.columns):
         limits = keys.assign(up_limit=panel["up_limit"].to_numpy(), down_limit=panel["down_limit"].to_numpy())
-        out["stk_limit"] = limits[limits[["up_limit", "down_limit"]].notna().all(axis=1).to_numpy()] \
-            .reset_index(drop=True)
+        out["stk_limit"] = limits[limits[["up_limit", "down_limit"]].notna().all(axis=1).to_numpy()].reset_index(
+            drop=True
+        )
     if "in_universe" in panel.columns:
         out["index_weight"] = _snapshots(panel["in_universe"], index_code)
     if "industry" in panel.columns:
@@ -722,8 +883,11 @@ def _snapshots(in_universe: pd.Series, index_code: str) -> pd.DataFrame:
     days = pd.DatetimeIndex(in_universe.index.get_level_values(0).unique())
     per_day = per_day.reindex(days, fill_value=frozenset())
     changed = [i for i in range(len(per_day)) if i == 0 or per_day.iloc[i] != per_day.iloc[i - 1]]
-    rows = [(index_code, code, f"{per_day.index[i]:%Y%m%d}", 100.0 / len(per_day.iloc[i]))
-            for i in changed for code in sorted(per_day.iloc[i])]
+    rows = [
+        (index_code, code, f"{per_day.index[i]:%Y%m%d}", 100.0 / len(per_day.iloc[i]))
+        for i in changed
+        for code in sorted(per_day.iloc[i])
+    ]
     return pd.DataFrame(rows, columns=["index_code", "con_code", "trade_date", "weight"])
 
 
@@ -731,10 +895,14 @@ def _industry_runs(industry: pd.Series) -> pd.DataFrame:
     frame = industry.dropna().astype(str).reset_index().sort_values(["code", "date"], kind="stable")
     new_run = (frame["industry"] != frame["industry"].shift()) | (frame["code"] != frame["code"].shift())
     runs = frame.groupby(new_run.cumsum().to_numpy()).agg(
-        ts_code=("code", "first"), industry=("industry", "first"), in_date=("date", "first"), last=("date", "last"))
+        ts_code=("code", "first"), industry=("industry", "first"), in_date=("date", "first"), last=("date", "last")
+    )
     is_last = runs["ts_code"] != runs["ts_code"].shift(-1)
-    return pd.DataFrame({
-        "ts_code": runs["ts_code"].to_numpy(), "industry": runs["industry"].to_numpy(),
-        "in_date": runs["in_date"].dt.strftime("%Y%m%d").to_numpy(),
-        "out_date": np.where(is_last, "", runs["last"].dt.strftime("%Y%m%d")),
-    })
+    return pd.DataFrame(
+        {
+            "ts_code": runs["ts_code"].to_numpy(),
+            "industry": runs["industry"].to_numpy(),
+            "in_date": runs["in_date"].dt.strftime("%Y%m%d").to_numpy(),
+            "out_date": np.where(is_last, "", runs["last"].dt.strftime("%Y%m%d")),
+        }
+    )

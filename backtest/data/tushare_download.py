@@ -148,17 +148,22 @@ def download_tushare(
     if bad_apis:
         raise ConfigError(f"download_tushare: unknown api(s) {bad_apis}; choose among {list(STOCK_DAY_APIS)}")
     if industry_api not in (*INDUSTRY_APIS, None):
-        raise ConfigError(f"download_tushare: industry_api must be one of {[*INDUSTRY_APIS, None]}, got "
-                          f"{industry_api!r}")
+        raise ConfigError(
+            f"download_tushare: industry_api must be one of {[*INDUSTRY_APIS, None]}, got {industry_api!r}"
+        )
     if file_format not in FILE_FORMATS:
         raise ConfigError(f"download_tushare: file_format must be one of {list(FILE_FORMATS)}, got {file_format!r}")
     if index_code is None and not codes:
-        raise ConfigError("download_tushare: nothing to download: no index_code and no codes\n  fix: pass "
-                          "index_code='399300.SZ' (CSI 300) or a list of codes")
+        raise ConfigError(
+            "download_tushare: nothing to download: no index_code and no codes\n  fix: pass "
+            "index_code='399300.SZ' (CSI 300) or a list of codes"
+        )
     existing = _existing_export(directory)
     if existing and not overwrite:
-        raise ConfigError(f"{directory} already holds a Tushare export ({preview(p.name for p in existing)})\n  fix: "
-                          "choose an empty directory, or pass overwrite=True (--overwrite) to replace it")
+        raise ConfigError(
+            f"{directory} already holds a Tushare export ({preview(p.name for p in existing)})\n  fix: "
+            "choose an empty directory, or pass overwrite=True (--overwrite) to replace it"
+        )
 
     secrets: tuple[str, ...] = ()
     version = "injected client"
@@ -174,13 +179,23 @@ def download_tushare(
     members: list[str] = []
     if index_code is not None:
         frames["index_weight"] = calls.chunked(
-            "index_weight", first - pd.Timedelta(days=policy.lookback_days), last, policy.index_weight_chunk_days,
+            "index_weight",
+            first - pd.Timedelta(days=policy.lookback_days),
+            last,
+            policy.index_weight_chunk_days,
             index_code=index_code,
         )
         members = _members_in_period(frames["index_weight"], index_code, first, last)
     stocks = sorted(set(members) | {str(c).strip() for c in codes})
-    log.info("tushare download %s .. %s: %d stocks (%d from %s), apis %s", s, e, len(stocks), len(members),
-             index_code, ", ".join(apis))
+    log.info(
+        "tushare download %s .. %s: %d stocks (%d from %s), apis %s",
+        s,
+        e,
+        len(stocks),
+        len(members),
+        index_code,
+        ", ".join(apis),
+    )
     for api in apis:
         parts = []
         for i, code in enumerate(stocks, 1):
@@ -192,19 +207,36 @@ def download_tushare(
         if empty:
             log.warning("tushare %s: no rows for %d stock(s) in the period: %s", api, len(empty), preview(empty))
     if industry_api == "stock_basic":
-        listed = _concat([calls.query("stock_basic", exchange="", list_status=status,
-                                      fields="ts_code,symbol,name,area,industry,market,list_date,delist_date")
-                          for status in ("L", "D", "P")])
+        listed = _concat(
+            [
+                calls.query(
+                    "stock_basic",
+                    exchange="",
+                    list_status=status,
+                    fields="ts_code,symbol,name,area,industry,market,list_date,delist_date",
+                )
+                for status in ("L", "D", "P")
+            ]
+        )
         frames["industry"] = listed[listed["ts_code"].astype(str).isin(stocks)] if len(listed) else listed
     elif industry_api == "index_member_all":
         frames["industry"] = _concat([calls.query("index_member_all", ts_code=code) for code in stocks])
 
     written = _write_export(directory, frames, FILE_FORMATS[file_format], overwrite)
     manifest = {
-        "source": "tushare", "start": s, "end": e, "index_code": index_code, "stocks": len(stocks),
-        "extra_codes": sorted(set(codes)), "apis": list(apis), "industry_api": industry_api, "tushare": version,
-        "calls": calls.count, "files": {k: {"name": p.name, "rows": int(len(frames[k]))} for k, p in written.items()},
-        "policy": asdict(policy), "downloaded_at": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
+        "source": "tushare",
+        "start": s,
+        "end": e,
+        "index_code": index_code,
+        "stocks": len(stocks),
+        "extra_codes": sorted(set(codes)),
+        "apis": list(apis),
+        "industry_api": industry_api,
+        "tushare": version,
+        "calls": calls.count,
+        "files": {k: {"name": p.name, "rows": int(len(frames[k]))} for k, p in written.items()},
+        "policy": asdict(policy),
+        "downloaded_at": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
     }
     _atomic_write(directory / MANIFEST, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False)))
     log.info("tushare download: %d files written to %s (%d calls)", len(written), directory, calls.count)
@@ -217,9 +249,11 @@ def download_tushare(
 def _token_from_env() -> str:
     token = os.environ.get(TOKEN_ENV, "").strip()
     if not token:
-        raise ConfigError(f"the Tushare token is missing: environment variable {TOKEN_ENV} is not set\n  fix: "
-                          f"`export {TOKEN_ENV}=<your token>` (tushare.pro, user centre) in the shell that runs the "
-                          "download; never put the token in a config file or on the command line")
+        raise ConfigError(
+            f"the Tushare token is missing: environment variable {TOKEN_ENV} is not set\n  fix: "
+            f"`export {TOKEN_ENV}=<your token>` (tushare.pro, user centre) in the shell that runs the "
+            "download; never put the token in a config file or on the command line"
+        )
     return token
 
 
@@ -227,8 +261,10 @@ def _tushare_client(token: str) -> tuple[TushareClient, str]:
     try:
         import tushare
     except ImportError:
-        raise ConfigError("the tushare package is not installed\n  fix: .venv/bin/pip install -e '.[tushare]' "
-                          "(the optional 'tushare' extra)") from None
+        raise ConfigError(
+            "the tushare package is not installed\n  fix: .venv/bin/pip install -e '.[tushare]' "
+            "(the optional 'tushare' extra)"
+        ) from None
     return tushare.pro_api(token), f"tushare {getattr(tushare, '__version__', '?')}"
 
 
@@ -265,8 +301,9 @@ class _Calls:
                         "check the network, your account's points and per-minute limit for this API (moneyflow and "
                         "index_member_all need more points than daily), then run again; nothing was written"
                     ) from None
-                log.warning("tushare %s(%s) failed (%s); retry %d of %d", api, _describe(params), message, attempt,
-                            attempts - 1)
+                log.warning(
+                    "tushare %s(%s) failed (%s); retry %d of %d", api, _describe(params), message, attempt, attempts - 1
+                )
                 time.sleep(self._policy.backoff_s * attempt)
                 continue
             log.debug("tushare %s(%s): %d rows", api, _describe(params), 0 if result is None else len(result))
@@ -306,9 +343,11 @@ def _parse_day(value: str | pd.Timestamp, name: str) -> pd.Timestamp:
 def _members_in_period(weights: pd.DataFrame, index_code: str, first: pd.Timestamp, last: pd.Timestamp) -> list[str]:
     """Constituents of the snapshots in force on some day of ``first .. last``."""
     if len(weights) == 0:
-        raise DataContractError(f"tushare index_weight: no constituents of {index_code} from "
-                                f"{first:%Y-%m-%d} (minus the lookback) to {last:%Y-%m-%d}\n  fix: check the index "
-                                "code (399300.SZ CSI 300, 000905.SH CSI 500, 000852.SH CSI 1000) and the period")
+        raise DataContractError(
+            f"tushare index_weight: no constituents of {index_code} from "
+            f"{first:%Y-%m-%d} (minus the lookback) to {last:%Y-%m-%d}\n  fix: check the index "
+            "code (399300.SZ CSI 300, 000905.SH CSI 500, 000852.SH CSI 1000) and the period"
+        )
     dates = pd.to_datetime(weights["trade_date"].astype(str), format="%Y%m%d")
     before = dates[dates <= first]
     keep = (dates <= last) & (dates >= (before.max() if len(before) else first))
@@ -364,13 +403,18 @@ def _write_export(directory: Path, frames: Mapping[str, pd.DataFrame], ext: str,
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m backtest.data.tushare_download --directory DIR --start YYYY-MM-DD --end YYYY-MM-DD``."""
-    parser = argparse.ArgumentParser(prog="python -m backtest.data.tushare_download", description=(
-        f"Download a Tushare export for `data=tushare`. The token is read from ${TOKEN_ENV} only."))
+    parser = argparse.ArgumentParser(
+        prog="python -m backtest.data.tushare_download",
+        description=(f"Download a Tushare export for `data=tushare`. The token is read from ${TOKEN_ENV} only."),
+    )
     parser.add_argument("--directory", required=True, help="target folder")
     parser.add_argument("--start", required=True, help="first day, YYYY-MM-DD")
     parser.add_argument("--end", required=True, help="last day, YYYY-MM-DD")
-    parser.add_argument("--index-code", default=DEFAULT_INDEX_CODE, help="index whose constituents to download, "
-                        "or 'none' (default %(default)s)")
+    parser.add_argument(
+        "--index-code",
+        default=DEFAULT_INDEX_CODE,
+        help="index whose constituents to download, or 'none' (default %(default)s)",
+    )
     parser.add_argument("--codes", default="", help="further stocks, comma-separated (600000.SH,000001.SZ)")
     parser.add_argument("--apis", default=",".join(STOCK_DAY_APIS), help="per-stock APIs (default %(default)s)")
     parser.add_argument("--industry-api", default="stock_basic", choices=[*INDUSTRY_APIS, "none"])
@@ -380,12 +424,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         download_tushare(
-            args.directory, args.start, args.end,
+            args.directory,
+            args.start,
+            args.end,
             index_code=None if args.index_code.lower() == "none" else args.index_code,
             codes=[c for c in args.codes.split(",") if c.strip()],
             apis=[a for a in args.apis.split(",") if a.strip()],
             industry_api=None if args.industry_api == "none" else args.industry_api,
-            file_format=args.format, overwrite=args.overwrite,
+            file_format=args.format,
+            overwrite=args.overwrite,
         )
     except BacktestError as exc:
         sys.stderr.write(f"error: {exc}\n")

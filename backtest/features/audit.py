@@ -149,8 +149,10 @@ class AuditReport:
                 f"{self.coverage()}"
             )
         worst = sorted(self.findings, key=lambda f: (-f.max_abs_diff, f.feature))
-        detail = [f"{f.feature} at cutoff {f.cutoff:%Y-%m-%d}: max |diff| {f.max_abs_diff:.3g} "
-                  f"on {f.n_mismatched} values" for f in worst]
+        detail = [
+            f"{f.feature} at cutoff {f.cutoff:%Y-%m-%d}: max |diff| {f.max_abs_diff:.3g} on {f.n_mismatched} values"
+            for f in worst
+        ]
         return (
             f"feature audit FAILED: {len(self.offending)} feature(s) change when the data after the cutoff is "
             f"removed (look-ahead): {preview(self.offending, 20)}; worst: {preview(detail, 3)}; positions "
@@ -252,15 +254,19 @@ def audit_features(
                 diff = np.where(np.isnan(a) | np.isnan(b), np.inf, np.abs(a - b))
                 first_row = lo + int(np.argmax(bad))
                 findings.append(
-                    AuditFinding(plan.columns[j].name, cutoff_day, float(diff.max()), int(bad.sum()),
-                                 pd.Timestamp(row_dates[first_row]))
+                    AuditFinding(
+                        plan.columns[j].name,
+                        cutoff_day,
+                        float(diff.max()),
+                        int(bad.sum()),
+                        pd.Timestamp(row_dates[first_row]),
+                    )
                 )
         del reference
     table = cutoff_situations(panel)
     held = table.any()
     at_cutoffs = table.loc[checked]
-    covered = {name: at_cutoffs.index[at_cutoffs[name].to_numpy()][0] for name in SITUATIONS
-               if at_cutoffs[name].any()}
+    covered = {name: at_cutoffs.index[at_cutoffs[name].to_numpy()][0] for name in SITUATIONS if at_cutoffs[name].any()}
     report = AuditReport(
         passed=not findings,
         cutoffs=tuple(checked),
@@ -408,8 +414,12 @@ def choose_cutoffs(
     # Moves: one day, or two days close enough to share a reference build (which can cover more per
     # build than either alone, e.g. a month's last day and the next month's first).
     moves = [(i,) for i in range(len(candidates))]
-    moves += [(i, j) for i in range(len(candidates)) for j in range(i + 1, min(len(candidates), i + GROUP_GAP + 1))
-              if candidates[j] - candidates[i] <= GROUP_GAP]
+    moves += [
+        (i, j)
+        for i in range(len(candidates))
+        for j in range(i + 1, min(len(candidates), i + GROUP_GAP + 1))
+        if candidates[j] - candidates[i] <= GROUP_GAP
+    ]
     reach = np.array([situations[list(m)].any(axis=0) for m in moves])  # (moves, situations)
     size = np.array([len(m) for m in moves])
     budget = (2 * n, n * horizon)

@@ -215,7 +215,11 @@ def build_features(
     fingerprint = feature_fingerprint(data_fingerprint or panel_fingerprint(panel), spec, registry, rows)
     log.info(
         "features %r: %d columns x %d rows (%.0f MB) in %.1f s",
-        spec.name, values.shape[1], values.shape[0], values.nbytes / 2**20, time.perf_counter() - started,
+        spec.name,
+        values.shape[1],
+        values.shape[0],
+        values.nbytes / 2**20,
+        time.perf_counter() - started,
     )
     return FeatureMatrix(values, plan.names, panel.index[keep], fingerprint)
 

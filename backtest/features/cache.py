@@ -114,8 +114,9 @@ class FeatureCache:
             meta = _read_sealed(folder / "meta.json")
             values = np.load(folder / "values.npy", allow_pickle=False, mmap_mode="r" if self.mmap else None)
             if values.dtype != np.float32 or list(values.shape) != list(meta["shape"]):
-                raise CorruptEntryError(f"values.npy holds {values.dtype} {values.shape}, meta.json says "
-                                        f"float32 {tuple(meta['shape'])}")
+                raise CorruptEntryError(
+                    f"values.npy holds {values.dtype} {values.shape}, meta.json says float32 {tuple(meta['shape'])}"
+                )
             if checksum(values) != meta["checksums"]["values"]:
                 raise CorruptEntryError("values.npy does not match its checksum")
             index_bytes = (folder / "index.npz").read_bytes()
@@ -191,8 +192,14 @@ class FeatureCache:
             size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
             rows, cols = meta.get("shape", [0, 0])
             out.append(
-                CacheEntry(folder.name, size, datetime.fromisoformat(meta["created"]), rows, cols,
-                           meta.get("feature_set") or "?")
+                CacheEntry(
+                    folder.name,
+                    size,
+                    datetime.fromisoformat(meta["created"]),
+                    rows,
+                    cols,
+                    meta.get("feature_set") or "?",
+                )
             )
         return sorted(out, key=lambda e: e.created)
 

@@ -65,8 +65,7 @@ class DailyCrossSection:
         slot = np.arange(len(members)) - starts[mday]
         width = int(counts.max()) if len(counts) else 0
         busy = np.flatnonzero(counts)
-        return cls(len(day), members, mday, slot, n_days, width, mday * width + slot, busy, starts[busy],
-                   counts[busy])
+        return cls(len(day), members, mday, slot, n_days, width, mday * width + slot, busy, starts[busy], counts[busy])
 
     def _take(self, values: np.ndarray, dtype: type = np.float64) -> np.ndarray:
         """The eligible rows' values as a contiguous array of ``dtype`` (``values`` itself when it is one)."""

@@ -33,11 +33,24 @@ def _relative_return(n: int) -> Compute:
 
 
 INDICATORS: tuple[Indicator, ...] = (
-    Indicator("industry_id", industry_label, ("industry",), 0, "industry",
-              "stable integer id of the industry name (a label)", cross_sectional=False),
+    Indicator(
+        "industry_id",
+        industry_label,
+        ("industry",),
+        0,
+        "industry",
+        "stable integer id of the industry name (a label)",
+        cross_sectional=False,
+    ),
     *(
-        Indicator(f"ind_rel_ret_{n}", _relative_return(n), ("close", "industry"), n, "industry",
-                  f"{n}-day return minus the mean {n}-day return of the day's eligible industry peers")
+        Indicator(
+            f"ind_rel_ret_{n}",
+            _relative_return(n),
+            ("close", "industry"),
+            n,
+            "industry",
+            f"{n}-day return minus the mean {n}-day return of the day's eligible industry peers",
+        )
         for n in (5, 20)
     ),
 )

@@ -84,8 +84,9 @@ class MarketData:
     @property
     def present(self) -> np.ndarray:
         """bool (date x code): the panel has a row."""
-        return self.derived("present",
-                            lambda: self.to_wide(np.ones(len(self.cells), dtype=bool), dtype=bool, fill=False))
+        return self.derived(
+            "present", lambda: self.to_wide(np.ones(len(self.cells), dtype=bool), dtype=bool, fill=False)
+        )
 
     @property
     def suspended(self) -> np.ndarray:

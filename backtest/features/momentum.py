@@ -115,10 +115,7 @@ def _close(name: str, fn: Compute, lookback: int, description: str, **flags: boo
 
 
 INDICATORS: tuple[Indicator, ...] = (
-    *(
-        _close(f"ret_{n}d", _ret(n), n, f"{n}-day return: close[t] / close[t-{n}] - 1")
-        for n in (1, 3, 5, 10, 20, 60)
-    ),
+    *(_close(f"ret_{n}d", _ret(n), n, f"{n}-day return: close[t] / close[t-{n}] - 1") for n in (1, 3, 5, 10, 20, 60)),
     _close("mom_20_5", _mom_skip(20, 5), 20, "20-day momentum without the last week: close[t-5] / close[t-20] - 1"),
     *(
         _close(f"ma_ratio_{n}", _ma_ratio(n), n - 1, f"close / {n}-day moving average of close - 1")
@@ -137,16 +134,28 @@ INDICATORS: tuple[Indicator, ...] = (
     _close("trend_slope_20", _trend(20, 0), 19, "least-squares slope of log close on time over 20 days, per day"),
     _close("trend_r2_20", _trend(20, 1), 19, "R^2 of the 20-day log-close linear trend (trend quality)"),
     Indicator(
-        "open_gap", open_gap, ("open", "close"), 1, "momentum", "overnight return: open / previous close - 1",
+        "open_gap",
+        open_gap,
+        ("open", "close"),
+        1,
+        "momentum",
+        "overnight return: open / previous close - 1",
         aggregate=True,
     ),
     Indicator(
-        "intraday_ret", intraday_ret, ("open", "close"), 0, "momentum", "intraday return: close / open - 1",
+        "intraday_ret",
+        intraday_ret,
+        ("open", "close"),
+        0,
+        "momentum",
+        "intraday return: close / open - 1",
         aggregate=True,
     ),
     *(
         _close(
-            f"price_pos_{n}", _price_position(n), n - 1,
+            f"price_pos_{n}",
+            _price_position(n),
+            n - 1,
             f"position of close in its {n}-day close range: (close - min) / (max - min); NaN for a flat range",
         )
         for n in (20, 60)

@@ -189,7 +189,11 @@ def _deviation_kernel(x, center, y, center_y, window, kind, both):
 
 
 def rolling_std(
-    x: np.ndarray, window: int, min_periods: int | None = None, ddof: int = 1, two_pass: bool = True,
+    x: np.ndarray,
+    window: int,
+    min_periods: int | None = None,
+    ddof: int = 1,
+    two_pass: bool = True,
     mean: np.ndarray | None = None,
 ) -> np.ndarray:
     """Standard deviation over the last ``window`` rows (pandas ``rolling(window).std(ddof)``).

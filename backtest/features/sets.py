@@ -155,7 +155,9 @@ class FeaturePlan:
         parts = [f"{name} (needs {', '.join(missing)})" for name, missing in self.dropped]
         text = (
             f"feature set {self.spec.name!r}: dropped {len(self.dropped)} indicator(s) whose input columns "
-            f"are missing from the panel: {preview(parts, 40)}" if parts else f"feature set {self.spec.name!r}:"
+            f"are missing from the panel: {preview(parts, 40)}"
+            if parts
+            else f"feature set {self.spec.name!r}:"
         )
         return text + "".join(f"; {n}" for n in self.notes)
 
@@ -173,8 +175,9 @@ def plan_features(spec: FeatureSetSpec, registry: FeatureRegistry, available: It
     for what, names in (("indicators", spec.indicators), ("exclude", spec.exclude), ("aggregate", spec.aggregate)):
         unknown = [n for n in names or () if n not in registry]
         if unknown:
-            raise ConfigError(f"feature set {spec.name!r}, `{what}`: "
-                              + unknown_names_message("indicator", unknown, known))
+            raise ConfigError(
+                f"feature set {spec.name!r}, `{what}`: " + unknown_names_message("indicator", unknown, known)
+            )
 
     wanted = set(spec.indicators) if spec.indicators is not None else set(known)
     wanted -= set(spec.exclude)
@@ -205,8 +208,9 @@ def plan_features(spec: FeatureSetSpec, registry: FeatureRegistry, available: It
         for src, window, lookback in sources:
             transforms = ["raw"] if spec.raw or not ind.cross_sectional else []
             if ind.cross_sectional:
-                transforms += [t for t, on in (("cs_rank", spec.cs_rank), ("cs_z", spec.cs_z), ("ind_neu", neutral))
-                               if on]
+                transforms += [
+                    t for t, on in (("cs_rank", spec.cs_rank), ("cs_z", spec.cs_z), ("ind_neu", neutral)) if on
+                ]
             for t in transforms:
                 columns.append(FeatureColumn(src if t == "raw" else f"{src}_{t}", ind.name, window, t, lookback))
     if not columns:

@@ -87,16 +87,31 @@ def write_backtest_reports(
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     if tearsheet:
-        sheet = write_tearsheet(returns, benchmark, directory / REPORT_FILES["tearsheet"], title=title,
-                                evidence=evidence)
+        sheet = write_tearsheet(
+            returns, benchmark, directory / REPORT_FILES["tearsheet"], title=title, evidence=evidence
+        )
         written.append(sheet.path)
     if plots:
-        written.append(plot_equity_curve(returns, benchmark, directory / REPORT_FILES["equity"], log_scale=log_scale,
-                                         title=f"{title}: equity curve"))
-        written.append(plot_drawdown(returns, benchmark, directory / REPORT_FILES["drawdown"],
-                                     title=f"{title}: drawdown"))
+        written.append(
+            plot_equity_curve(
+                returns,
+                benchmark,
+                directory / REPORT_FILES["equity"],
+                log_scale=log_scale,
+                title=f"{title}: equity curve",
+            )
+        )
+        written.append(
+            plot_drawdown(returns, benchmark, directory / REPORT_FILES["drawdown"], title=f"{title}: drawdown")
+        )
     if drift_report and (importance is not None or value_drift is not None or fold_psi is not None):
-        written += write_drift_report(directory / REPORT_FILES["drift"], importance=importance, periods=periods,
-                                      value_drift=value_drift, fold_psi=fold_psi, run=drift_run)
+        written += write_drift_report(
+            directory / REPORT_FILES["drift"],
+            importance=importance,
+            periods=periods,
+            value_drift=value_drift,
+            fold_psi=fold_psi,
+            run=drift_run,
+        )
     logger.info("wrote %d report files to %s", len(written), directory)
     return written

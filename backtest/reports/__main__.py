@@ -58,15 +58,20 @@ class StoredDrift:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; return the exit status (0, or 2 with one line on stderr)."""
-    parser = argparse.ArgumentParser(prog="python -m backtest.reports",
-                                     description="Rebuild a recorded run's reports from the MLflow store.")
+    parser = argparse.ArgumentParser(
+        prog="python -m backtest.reports", description="Rebuild a recorded run's reports from the MLflow store."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     drift = sub.add_parser("drift", help="rebuild the feature drift report of a run")
     drift.add_argument("--run-id", required=True, help="the MLflow run id (the run summary prints it)")
-    drift.add_argument("--tracking-uri", default=None,
-                       help="the MLflow store (default: the project's SQLite store, sqlite:///<project>/mlruns.db)")
-    drift.add_argument("--out", type=Path, default=None,
-                       help="output folder (default: ./drift-<run name>-<run id prefix>)")
+    drift.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="the MLflow store (default: the project's SQLite store, sqlite:///<project>/mlruns.db)",
+    )
+    drift.add_argument(
+        "--out", type=Path, default=None, help="output folder (default: ./drift-<run name>-<run id prefix>)"
+    )
     drift.add_argument("--log", action="store_true", help="also log the report into the run's reports/drift folder")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -86,8 +91,9 @@ def _drift(run_id: str, tracking_uri: str | None, out: Path | None, log: bool) -
     stored = read_stored_drift(tracked)
     name = stored.run.run_name or run_id
     out = out if out is not None else Path.cwd() / f"drift-{_slug(name)}-{run_id[:8]}"
-    written = write_drift_report(out, importance=stored.importance, fold_psi=stored.fold_psi,
-                                 value_drift=stored.value_drift, run=stored.run)
+    written = write_drift_report(
+        out, importance=stored.importance, fold_psi=stored.fold_psi, value_drift=stored.value_drift, run=stored.run
+    )
     report = next(p for p in written if p.name == "drift_report.html")
     print(f"drift report of run {name} ({run_id}): {report}")
     if log:
@@ -114,11 +120,21 @@ def read_stored_drift(tracked) -> StoredDrift:
     from backtest.tracking import ARTIFACTS
 
     with tempfile.TemporaryDirectory(prefix="rankbacktest-drift-") as tmp:
-        psi_path = _download(tracked, ARTIFACTS.feature_psi, tmp, required=(
-            "it was recorded before per-fold PSI was stored, or with tracking.drift_report=false. Fix: rerun "
-            "its configuration (python -m backtest ...) to record a run that has it"))
-        records_path = _download(tracked, ARTIFACTS.leakage_records, tmp, required=(
-            "its recording did not finish. Fix: rerun its configuration (python -m backtest ...)"))
+        psi_path = _download(
+            tracked,
+            ARTIFACTS.feature_psi,
+            tmp,
+            required=(
+                "it was recorded before per-fold PSI was stored, or with tracking.drift_report=false. Fix: rerun "
+                "its configuration (python -m backtest ...) to record a run that has it"
+            ),
+        )
+        records_path = _download(
+            tracked,
+            ARTIFACTS.leakage_records,
+            tmp,
+            required=("its recording did not finish. Fix: rerun its configuration (python -m backtest ...)"),
+        )
         importance_path = _download(tracked, ARTIFACTS.feature_importance, tmp)
         value_path = _download(tracked, f"{ARTIFACTS.report('drift')}/feature_value_drift.csv", tmp)
         assert psi_path is not None and records_path is not None

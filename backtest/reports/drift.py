@@ -102,12 +102,14 @@ def write_drift_report(
         written.append(path)
 
     if run.windows is not None:
-        sections.append(_Section(
-            "Reference windows",
-            "Each fold's reference is its own training window (the data its model learned from); the current "
-            "sample is its test days (the days it scored). test_start is the fold's decision date.",
-            run.windows.reset_index(),
-        ))
+        sections.append(
+            _Section(
+                "Reference windows",
+                "Each fold's reference is its own training window (the data its model learned from); the current "
+                "sample is its test days (the days it scored). test_start is the fold's decision date.",
+                run.windows.reset_index(),
+            )
+        )
     flag_sections: list[_Section] = []
     figure_sections: list[_Section] = []
     drift_sections: list[_Section] = []
@@ -119,22 +121,30 @@ def write_drift_report(
         save(drift.rank_stability, "importance_rank_stability.csv", index=False)
         save(drift.rank_changes, "importance_rank_changes.csv", index=True)
         save(drift.jumps, "importance_jumps.csv", index=False)
-        png, shown = plot_importance_rank_heatmap(drift, directory / "importance_rank_heatmap.png",
-                                                  n_features=heatmap_features)
+        png, shown = plot_importance_rank_heatmap(
+            drift, directory / "importance_rank_heatmap.png", n_features=heatmap_features
+        )
         written.append(png)
-        flag_sections.append(_Section(
-            f"Importance jumps ({len(drift.jumps)})",
-            f"A feature used in two consecutive folds whose rank moved by >= {jump_ranks} places, ranked within "
-            f"the top {jump_top} in one of them; largest moves first (all in importance_jumps.csv). Features "
-            "with zero gain in a fold have no rank there: they neither jump nor count in the rank stability.",
-            drift.jumps.iloc[np.argsort(-drift.jumps["rank_change"].abs().to_numpy(), kind="stable")]
-            .head(max(top_n, 30)),
-        ))
-        figure_sections.append(_Section(
-            "Importance rank per feature and fold",
-            f"{len(shown)} features of largest mean gain share; number = rank among the fold's used features; "
-            "grey = unused; red frame = a jump lands there.", None, png,
-        ))
+        flag_sections.append(
+            _Section(
+                f"Importance jumps ({len(drift.jumps)})",
+                f"A feature used in two consecutive folds whose rank moved by >= {jump_ranks} places, ranked within "
+                f"the top {jump_top} in one of them; largest moves first (all in importance_jumps.csv). Features "
+                "with zero gain in a fold have no rank there: they neither jump nor count in the rank stability.",
+                drift.jumps.iloc[np.argsort(-drift.jumps["rank_change"].abs().to_numpy(), kind="stable")].head(
+                    max(top_n, 30)
+                ),
+            )
+        )
+        figure_sections.append(
+            _Section(
+                "Importance rank per feature and fold",
+                f"{len(shown)} features of largest mean gain share; number = rank among the fold's used features; "
+                "grey = unused; red frame = a jump lands there.",
+                None,
+                png,
+            )
+        )
         stability = drift.rank_stability["spearman"]
         drift_sections += [
             _Section("Top features per period (mean gain share)", "", drift.top_by_period),
@@ -154,24 +164,34 @@ def write_drift_report(
         save(flags, "psi_flags.csv", index=True)
         png, shown = plot_psi_heatmap(dated, directory / "psi_heatmap.png", n_features=heatmap_features)
         written.append(png)
-        flag_sections.insert(0, _Section(
-            f"Features with PSI > {PSI_SIGNIFICANT} in a fold ({len(flags)} of {fold_psi.shape[1]})",
-            "PSI of the fold's test days against its training window; < 0.1 stable, 0.1-0.25 moderate, "
-            "> 0.25 significant.",
-            flags.head(max(top_n, 30)).reset_index(),
-        ))
-        figure_sections.insert(0, _Section(
-            "PSI per feature and fold",
-            f"{len(shown)} features with the largest PSI in any fold; the full table is psi_by_fold.csv.", None, png,
-        ))
+        flag_sections.insert(
+            0,
+            _Section(
+                f"Features with PSI > {PSI_SIGNIFICANT} in a fold ({len(flags)} of {fold_psi.shape[1]})",
+                "PSI of the fold's test days against its training window; < 0.1 stable, 0.1-0.25 moderate, "
+                "> 0.25 significant.",
+                flags.head(max(top_n, 30)).reset_index(),
+            ),
+        )
+        figure_sections.insert(
+            0,
+            _Section(
+                "PSI per feature and fold",
+                f"{len(shown)} features with the largest PSI in any fold; the full table is psi_by_fold.csv.",
+                None,
+                png,
+            ),
+        )
     if value_drift is not None:
         save(value_drift, "feature_value_drift.csv", index=True)
         shown_drift = value_drift.sort_values("psi", ascending=False, na_position="last").head(top_n).reset_index()
-        drift_sections.append(_Section(
-            "Feature value drift, training vs test window (largest PSI first)",
-            "PSI < 0.1 stable, 0.1-0.25 moderate, > 0.25 significant; KS two-sample test",
-            shown_drift,
-        ))
+        drift_sections.append(
+            _Section(
+                "Feature value drift, training vs test window (largest PSI first)",
+                "PSI < 0.1 stable, 0.1-0.25 moderate, > 0.25 significant; KS two-sample test",
+                shown_drift,
+            )
+        )
     sections += flag_sections + figure_sections + drift_sections
     md_path, html_path = directory / "drift_report.md", directory / "drift_report.html"
     md_path.write_text(_markdown(run, sections), encoding="utf-8")
@@ -228,8 +248,9 @@ def _html(run: DriftRun, sections: list[_Section]) -> str:
     if not sections:
         body.append("<p>No importance or feature values were given.</p>")
     for section in sections:
-        body.append(f"<h2>{html.escape(section.heading)}</h2>"
-                    + (f"<p>{html.escape(section.note)}</p>" if section.note else ""))
+        body.append(
+            f"<h2>{html.escape(section.heading)}</h2>" + (f"<p>{html.escape(section.note)}</p>" if section.note else "")
+        )
         if section.figure is not None:
             data = base64.b64encode(section.figure.read_bytes()).decode("ascii")
             body.append(f"<img alt='{html.escape(section.heading)}' src='data:image/png;base64,{data}'>")

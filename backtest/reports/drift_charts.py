@@ -28,8 +28,9 @@ PSI_LEVELS = (0.0, 0.05, PSI_MODERATE, PSI_SIGNIFICANT, 0.5, 1.0)
 _PSI_COLORS = ("#f7f7f7", "#d9e8f5", "#fdd49e", "#f03b20", "#bd0026", "#67000d")
 
 
-def plot_psi_heatmap(psi: pd.DataFrame, path: Path | str, *, n_features: int = HEATMAP_FEATURES,
-                     dpi: int = DPI) -> tuple[Path, pd.DataFrame]:
+def plot_psi_heatmap(
+    psi: pd.DataFrame, path: Path | str, *, n_features: int = HEATMAP_FEATURES, dpi: int = DPI
+) -> tuple[Path, pd.DataFrame]:
     """Heatmap of PSI per feature (rows) and fold (columns), the ``n_features`` features with the
     largest PSI in any fold, largest first; cells above :data:`PSI_SIGNIFICANT` carry their value.
 
@@ -48,12 +49,13 @@ def plot_psi_heatmap(psi: pd.DataFrame, path: Path | str, *, n_features: int = H
     matrix = drawn.to_numpy()
     cmap = ListedColormap(_PSI_COLORS[:-1]).with_extremes(over=_PSI_COLORS[-1], bad="#bdbdbd")
     norm = BoundaryNorm(PSI_LEVELS, cmap.N)
-    title = (f"PSI per fold: training window vs test days ({len(shown)} of {psi.shape[1]} features, "
-             f"largest PSI first; > {PSI_SIGNIFICANT} significant)")
+    title = (
+        f"PSI per fold: training window vs test days ({len(shown)} of {psi.shape[1]} features, "
+        f"largest PSI first; > {PSI_SIGNIFICANT} significant)"
+    )
     with new_figure(_heatmap_size(matrix.shape), dpi=dpi, style=HEATMAP_STYLE) as figure:
         axes = figure.add_subplot()
-        image = axes.imshow(np.ma.masked_invalid(matrix), aspect="auto", cmap=cmap, norm=norm,
-                            interpolation="nearest")
+        image = axes.imshow(np.ma.masked_invalid(matrix), aspect="auto", cmap=cmap, norm=norm, interpolation="nearest")
         for row, col in zip(*np.nonzero(np.nan_to_num(matrix) > PSI_SIGNIFICANT), strict=True):
             axes.text(col, row, f"{matrix[row, col]:.2f}", ha="center", va="center", color="white", fontsize=5.5)
         _label_axes(axes, shown, psi.index, title)
@@ -63,8 +65,9 @@ def plot_psi_heatmap(psi: pd.DataFrame, path: Path | str, *, n_features: int = H
         return save_png(figure, path), drawn
 
 
-def plot_importance_rank_heatmap(drift: ImportanceDrift, path: Path | str, *, n_features: int = HEATMAP_FEATURES,
-                                 dpi: int = DPI) -> tuple[Path, pd.DataFrame]:
+def plot_importance_rank_heatmap(
+    drift: ImportanceDrift, path: Path | str, *, n_features: int = HEATMAP_FEATURES, dpi: int = DPI
+) -> tuple[Path, pd.DataFrame]:
     """Heatmap of each feature's importance rank (rows) per fold (columns): the ``n_features`` features
     of largest mean gain share, largest first. Grey: unused in that fold (no rank); a red frame marks
     the fold a jump lands in.
@@ -80,23 +83,41 @@ def plot_importance_rank_heatmap(drift: ImportanceDrift, path: Path | str, *, n_
     worst = max(2 * len(shown), 10)
     base = matplotlib.colormaps["viridis_r"]
     cmap = base.with_extremes(bad="#d9d9d9", over=base(1.0))
-    title = (f"Importance rank per fold (top {len(shown)} of {drift.shares.shape[1]} features by mean gain share; "
-             f"jump: >= {drift.jump_ranks} places within the top {drift.jump_top})")
+    title = (
+        f"Importance rank per fold (top {len(shown)} of {drift.shares.shape[1]} features by mean gain share; "
+        f"jump: >= {drift.jump_ranks} places within the top {drift.jump_top})"
+    )
     with new_figure(_heatmap_size(matrix.shape), dpi=dpi, style=HEATMAP_STYLE) as figure:
         axes = figure.add_subplot()
-        image = axes.imshow(np.ma.masked_invalid(matrix), aspect="auto", cmap=cmap, vmin=1, vmax=worst,
-                            interpolation="nearest")
+        image = axes.imshow(
+            np.ma.masked_invalid(matrix), aspect="auto", cmap=cmap, vmin=1, vmax=worst, interpolation="nearest"
+        )
         if matrix.size <= 2000:
             for row, col in zip(*np.nonzero(np.isfinite(matrix)), strict=True):
                 value = matrix[row, col]
-                axes.text(col, row, f"{value:.0f}", ha="center", va="center", fontsize=5.5,
-                          color="black" if value < worst * 0.55 else "white")
+                axes.text(
+                    col,
+                    row,
+                    f"{value:.0f}",
+                    ha="center",
+                    va="center",
+                    fontsize=5.5,
+                    color="black" if value < worst * 0.55 else "white",
+                )
         position = {feature: i for i, feature in enumerate(shown)}
         folds = list(drift.ranks.index)
         for jump in drift.jumps.itertuples(index=False):
             if jump.feature in position:
-                axes.add_patch(Rectangle((folds.index(jump.fold_to) - 0.5, position[jump.feature] - 0.5), 1, 1,
-                                         fill=False, edgecolor="#e31a1c", linewidth=1.6))
+                axes.add_patch(
+                    Rectangle(
+                        (folds.index(jump.fold_to) - 0.5, position[jump.feature] - 0.5),
+                        1,
+                        1,
+                        fill=False,
+                        edgecolor="#e31a1c",
+                        linewidth=1.6,
+                    )
+                )
         _label_axes(axes, shown, drift.ranks.index, title)
         bar = figure.colorbar(image, ax=axes, extend="max", fraction=0.03, pad=0.02)
         bar.set_label("rank among the fold's used features (1 = largest gain share; grey: unused)")

@@ -31,8 +31,7 @@ from backtest.reports.returns import check_daily_returns, drawdown_curve, wealth
 #: The font of every chart: bundled with matplotlib, so it is found everywhere without a lookup.
 FONT_FAMILY = "DejaVu Sans"
 #: Line and bar charts: a light grid.
-CHART_STYLE: Mapping[str, object] = MappingProxyType(
-    {"font.family": FONT_FAMILY, "axes.grid": True, "grid.alpha": 0.3})
+CHART_STYLE: Mapping[str, object] = MappingProxyType({"font.family": FONT_FAMILY, "axes.grid": True, "grid.alpha": 0.3})
 #: Heatmaps: no grid over the cells, small type for many rows.
 HEATMAP_STYLE: Mapping[str, object] = MappingProxyType({"font.family": FONT_FAMILY, "font.size": 8})
 #: Resolution of every chart.
@@ -43,8 +42,9 @@ _NEGATIVE_COLOR = "#c0392b"
 
 
 @contextmanager
-def new_figure(figsize: tuple[float, float], *, dpi: int = DPI,
-               style: Mapping[str, object] = CHART_STYLE) -> Iterator[Figure]:
+def new_figure(
+    figsize: tuple[float, float], *, dpi: int = DPI, style: Mapping[str, object] = CHART_STYLE
+) -> Iterator[Figure]:
     """A figure on its own Agg canvas, drawn inside ``style`` (rcParams restored on exit).
 
     Draw and save inside the ``with`` block: the style applies to what is drawn there.
@@ -150,8 +150,9 @@ def plot_drawdown(
         return save_png(figure, path)
 
 
-def plot_fold_metric(fold_metrics: pd.DataFrame, column: str, path: Path | str, *, title: str | None = None,
-                     dpi: int = DPI) -> Path:
+def plot_fold_metric(
+    fold_metrics: pd.DataFrame, column: str, path: Path | str, *, title: str | None = None, dpi: int = DPI
+) -> Path:
     """A bar chart of one per-fold metric (e.g. ``rank_ic``), fold by fold, with its mean.
 
     Parameters

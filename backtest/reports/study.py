@@ -198,8 +198,7 @@ def _aligned_returns(returns: pd.DataFrame, benchmark: pd.Series, notes: list[st
     names = [str(c) for c in returns.columns]
     if len(set(names)) < len(names) or BENCHMARK_COLUMN in names:
         raise DataContractError(
-            f"study report: trial names must be unique and differ from {BENCHMARK_COLUMN!r}; received "
-            f"{preview(names)}."
+            f"study report: trial names must be unique and differ from {BENCHMARK_COLUMN!r}; received {preview(names)}."
         )
     frame = returns.set_axis(names, axis=1).astype(np.float64)
     frame[BENCHMARK_COLUMN] = benchmark.astype(np.float64).reindex(frame.index)
@@ -228,9 +227,7 @@ def _config_columns(trial_metrics: pd.DataFrame, names: list[str]) -> list[str]:
     return [
         str(c)
         for c in trial_metrics.columns
-        if str(c) not in skip
-        and not str(c).startswith(("metrics.", "tags."))
-        and rows[c].nunique(dropna=False) > 1
+        if str(c) not in skip and not str(c).startswith(("metrics.", "tags.")) and rows[c].nunique(dropna=False) > 1
     ]
 
 
@@ -359,13 +356,19 @@ def build_study_report(
             trials[column] = trial_metrics[column].reindex(names).to_numpy()
     trials = trials[[*_TRIAL_COLUMNS, *[c for c in trials.columns if c not in _TRIAL_COLUMNS]]]
 
-    years = pd.concat(
-        {
-            name: m.per_year_table(frame[name], bench)[["n_days", "return", "excess_return", "sharpe", "max_drawdown"]]
-            for name in frame.columns
-        },
-        names=["series", "year"],
-    ).swaplevel().sort_index(level="year", sort_remaining=False)
+    years = (
+        pd.concat(
+            {
+                name: m.per_year_table(frame[name], bench)[
+                    ["n_days", "return", "excess_return", "sharpe", "max_drawdown"]
+                ]
+                for name in frame.columns
+            },
+            names=["series", "year"],
+        )
+        .swaplevel()
+        .sort_index(level="year", sort_remaining=False)
+    )
 
     pbo: PBOResult | None = None
     if len(names) < 2:
@@ -468,8 +471,13 @@ def _plot_pbo(report: StudyReport, pbo: PBOResult, path: Path) -> Path:
         )
         if np.isfinite(pbo.degradation_slope) and finite.any():
             xs = np.linspace(is_sr[finite].min(), is_sr[finite].max(), 2)
-            right.plot(xs, pbo.degradation_intercept * annual + pbo.degradation_slope * xs, color="black",
-                       linewidth=1.0, label=f"slope {pbo.degradation_slope:+.2f}")
+            right.plot(
+                xs,
+                pbo.degradation_intercept * annual + pbo.degradation_slope * xs,
+                color="black",
+                linewidth=1.0,
+                label=f"slope {pbo.degradation_slope:+.2f}",
+            )
             right.legend(loc="upper left", fontsize="small")
         right.axhline(0.0, color="black", linewidth=0.6)
         right.set_xlabel("in-sample Sharpe of the IS-best trial (annualised)")
@@ -548,13 +556,20 @@ def study_summary(report: StudyReport) -> dict[str, object]:
     dates = report.returns.index
     pbo = report.pbo
     return {
-        "title": report.title, "start": f"{dates.min():%Y-%m-%d}", "end": f"{dates.max():%Y-%m-%d}",
-        "n_days": int(len(dates)), "trials": list(report.trial_names), "baseline": report.baseline,
-        "best_trial": report.best_trial, "n_trials": int(report.n_trials),
+        "title": report.title,
+        "start": f"{dates.min():%Y-%m-%d}",
+        "end": f"{dates.max():%Y-%m-%d}",
+        "n_days": int(len(dates)),
+        "trials": list(report.trial_names),
+        "baseline": report.baseline,
+        "best_trial": report.best_trial,
+        "n_trials": int(report.n_trials),
         "trial_sharpe_var": _finite_or_none(report.trial_sharpe_var),
         "expected_max_sharpe": _finite_or_none(report.expected_max_sharpe),
-        "pbo": None if pbo is None else float(pbo.pbo), "pbo_blocks": None if pbo is None else int(pbo.n_blocks),
-        "pbo_combinations": None if pbo is None else int(pbo.n_combinations), "notes": list(report.notes),
+        "pbo": None if pbo is None else float(pbo.pbo),
+        "pbo_blocks": None if pbo is None else int(pbo.n_blocks),
+        "pbo_combinations": None if pbo is None else int(pbo.n_combinations),
+        "notes": list(report.notes),
     }
 
 
@@ -599,24 +614,44 @@ def write_study_report(directory: Path | str, report: StudyReport) -> list[Path]
     reading = _reading(report)
     sections: list[tuple[str, str, pd.DataFrame | None, str | None]] = [
         ("Equity curves", "", None, "equity"),
-        ("Trials", f"n_trials = {report.n_trials} (for the DSR); expected max Sharpe of that many unskilled trials "
-                   f"{report.expected_max_sharpe:+.3f}; variance of the trials' Sharpe ratios "
-                   f"{report.trial_sharpe_var:.4g}.", _trials_display(report), None),
-        ("Returns per calendar year", "Compounded over each year's common days.", _years_display(report, "return"),
-         None),
+        (
+            "Trials",
+            f"n_trials = {report.n_trials} (for the DSR); expected max Sharpe of that many unskilled trials "
+            f"{report.expected_max_sharpe:+.3f}; variance of the trials' Sharpe ratios "
+            f"{report.trial_sharpe_var:.4g}.",
+            _trials_display(report),
+            None,
+        ),
+        (
+            "Returns per calendar year",
+            "Compounded over each year's common days.",
+            _years_display(report, "return"),
+            None,
+        ),
         ("Sharpe ratio per calendar year", "", _years_display(report, "sharpe"), None),
     ]
     if report.pbo is not None:
         sections += [
-            ("Probability of backtest overfitting (CSCV)", _pbo_text(report.pbo), _pbo_summary(report.pbo),
-             "pbo_plot"),
+            ("Probability of backtest overfitting (CSCV)", _pbo_text(report.pbo), _pbo_summary(report.pbo), "pbo_plot"),
         ]
     else:
-        sections.append(("Probability of backtest overfitting (CSCV)",
-                         "Not computed: " + "; ".join(n for n in report.notes if n.startswith("PBO")), None, None))
-    sections.append((f"Comparison with the baseline ({report.baseline})",
-                     "Annualised Sharpe difference with a paired stationary-bootstrap 95% interval (the same "
-                     "resampled days for both series).", _comparison_display(report), None))
+        sections.append(
+            (
+                "Probability of backtest overfitting (CSCV)",
+                "Not computed: " + "; ".join(n for n in report.notes if n.startswith("PBO")),
+                None,
+                None,
+            )
+        )
+    sections.append(
+        (
+            f"Comparison with the baseline ({report.baseline})",
+            "Annualised Sharpe difference with a paired stationary-bootstrap 95% interval (the same "
+            "resampled days for both series).",
+            _comparison_display(report),
+            None,
+        )
+    )
 
     markdown = [f"# {report.title}", "", reading, ""]
     body = [

@@ -57,8 +57,10 @@ def summary_text(returns: pd.Series, benchmark: pd.Series, metrics: Mapping[str,
     """
     table = tearsheet_metrics(returns, benchmark)
     period = f"{returns.index.min():%Y-%m-%d} .. {returns.index.max():%Y-%m-%d}"
-    out = [f"\nbacktest {period}, {run.n_folds} folds, {run.n_features} features",
-           f"{'':28}{'strategy':>12}{'equal weight':>14}"]
+    out = [
+        f"\nbacktest {period}, {run.n_folds} folds, {run.n_features} features",
+        f"{'':28}{'strategy':>12}{'equal weight':>14}",
+    ]
     for row, label in SUMMARY_ROWS.items():
         strategy, bench = table.loc[row, "Strategy"], table.loc[row, "Benchmark"]
         fmt = "{:+.2%}" if row in PERCENT_ROWS else "{:+.2f}"
@@ -110,8 +112,10 @@ def baseline_lines(metrics: Mapping[str, float]) -> list[str]:
     if verdict:
         out.append(verdict)
     if "signal_capture" in metrics:
-        out.append(f"signal capture  {metrics['signal_capture']:.1%} of the oracle's rank IC (an upper bound from "
-                   "the generator's latent states; README \"Baselines\")")
+        out.append(
+            f"signal capture  {metrics['signal_capture']:.1%} of the oracle's rank IC (an upper bound from "
+            'the generator\'s latent states; README "Baselines")'
+        )
     return out
 
 

@@ -42,8 +42,10 @@ def date_label(value: object) -> str:
 
 #: The house style of the report pages (the drift report, the study report, the reduced tearsheet): one
 #: place, so the pages read alike; a page adds only its own rules (:func:`page_head`).
-PAGE_STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-              "td,th{border-bottom:1px solid #ddd;padding:3px 10px;text-align:right}img{max-width:100%}")
+PAGE_STYLE = (
+    "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+    "td,th{border-bottom:1px solid #ddd;padding:3px 10px;text-align:right}img{max-width:100%}"
+)
 
 
 def page_head(title: str, extra_style: str = "") -> str:
@@ -54,5 +56,7 @@ def page_head(title: str, extra_style: str = "") -> str:
     >>> "<title>A &amp; B</title>" in page_head("A & B")
     True
     """
-    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{PAGE_STYLE}{extra_style}</style></head><body>")
+    return (
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{PAGE_STYLE}{extra_style}</style></head><body>"
+    )

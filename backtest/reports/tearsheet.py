@@ -173,8 +173,9 @@ def write_tearsheet(
                 strategy_title="Strategy",
             )
         page = path.read_text(encoding="utf-8")
-        path.write_text(_with_evidence(page, heading, block, len(strategy) < rolling_min_days(periods_per_year)),
-                        encoding="utf-8")
+        path.write_text(
+            _with_evidence(page, heading, block, len(strategy) < rolling_min_days(periods_per_year)), encoding="utf-8"
+        )
         return Tearsheet(path, "quantstats")
     except QUANTSTATS_BREAKAGE as exc:
         if not _raised_inside_quantstats(exc):
@@ -185,8 +186,9 @@ def write_tearsheet(
             reason,
             path,
         )
-    path.write_text(fallback_html(strategy, bench, title, periods_per_year, reason, evidence=evidence),
-                    encoding="utf-8")
+    path.write_text(
+        fallback_html(strategy, bench, title, periods_per_year, reason, evidence=evidence), encoding="utf-8"
+    )
     return Tearsheet(path, "fallback", reason)
 
 
@@ -207,24 +209,29 @@ def _fmt(value: object, spec: str) -> str:
     return format(number, spec) if math.isfinite(number) else "-"
 
 
-def robustness_html(evidence: RunEvidence | None, *, ndays: int | None = None,
-                    periods_per_year: int = PERIODS_PER_YEAR) -> str:
+def robustness_html(
+    evidence: RunEvidence | None, *, ndays: int | None = None, periods_per_year: int = PERIODS_PER_YEAR
+) -> str:
     """The robustness block that opens the tearsheet: a ``<section id="robustness">`` of two tables
     (Sharpe and annual return with and without the best months; interval, PSR, DSR, rank IC, NDCG) and
     the guard verdicts, all read from ``evidence`` (never recomputed).
 
     Cells read ``<tr><td>label</td><td>value</td>...</tr>``; a missing or non-finite value is ``-``.
     """
-    style = ("<style>#robustness{max-width:960px;margin:0 auto 30px auto;font:13px/1.4 sans-serif}"
-             "#robustness table{width:auto;margin:0 30px 12px 0;border-collapse:collapse;display:inline-table;"
-             "vertical-align:top}#robustness td,#robustness th{padding:3px 10px;border-bottom:1px solid #ddd;"
-             "text-align:right}#robustness td:first-child,#robustness th:first-child{text-align:left}"
-             "#robustness .pass{color:#1a7f37;font-weight:bold}#robustness .fail{color:#c62828;font-weight:bold}"
-             "#robustness .warn{background:#fdecea;color:#c62828;padding:6px 10px;font-weight:bold}"
-             "#robustness .note{color:#666}</style>")
+    style = (
+        "<style>#robustness{max-width:960px;margin:0 auto 30px auto;font:13px/1.4 sans-serif}"
+        "#robustness table{width:auto;margin:0 30px 12px 0;border-collapse:collapse;display:inline-table;"
+        "vertical-align:top}#robustness td,#robustness th{padding:3px 10px;border-bottom:1px solid #ddd;"
+        "text-align:right}#robustness td:first-child,#robustness th:first-child{text-align:left}"
+        "#robustness .pass{color:#1a7f37;font-weight:bold}#robustness .fail{color:#c62828;font-weight:bold}"
+        "#robustness .warn{background:#fdecea;color:#c62828;padding:6px 10px;font-weight:bold}"
+        "#robustness .note{color:#666}</style>"
+    )
     if evidence is None:
-        return (f"{style}<section id='robustness'><h2>Robustness</h2><p class='note'>The run's robustness "
-                "metrics and guard verdicts were not given to this report.</p></section>")
+        return (
+            f"{style}<section id='robustness'><h2>Robustness</h2><p class='note'>The run's robustness "
+            "metrics and guard verdicts were not given to this report.</p></section>"
+        )
     m = evidence.metrics
     returns_rows = [
         ("full test period", "sharpe", "ann_return"),
@@ -237,14 +244,17 @@ def robustness_html(evidence: RunEvidence | None, *, ndays: int | None = None,
     )
     k = evidence.ndcg_depth
     interval = f"[{_fmt(m.get('sharpe_ci_low'), '.2f')}, {_fmt(m.get('sharpe_ci_high'), '.2f')}]"
-    second = "".join(f"<tr><td>{label}</td><td>{value}</td></tr>" for label, value in [
-        ("Sharpe 95% interval (block bootstrap)", interval),
-        ("PSR (P[Sharpe &gt; 0])", _fmt(m.get("psr"), ".3f")),
-        _dsr_row(m),
-        ("rank IC (mean daily)", _fmt(m.get("rank_ic_mean"), "+.4f")),
-        ("ICIR", _fmt(m.get("icir"), "+.3f")),
-        (f"NDCG@{k}", _fmt(m.get("ndcg"), ".4f")),
-    ])
+    second = "".join(
+        f"<tr><td>{label}</td><td>{value}</td></tr>"
+        for label, value in [
+            ("Sharpe 95% interval (block bootstrap)", interval),
+            ("PSR (P[Sharpe &gt; 0])", _fmt(m.get("psr"), ".3f")),
+            _dsr_row(m),
+            ("rank IC (mean daily)", _fmt(m.get("rank_ic_mean"), "+.4f")),
+            ("ICIR", _fmt(m.get("icir"), "+.3f")),
+            (f"NDCG@{k}", _fmt(m.get("ndcg"), ".4f")),
+        ]
+    )
     guards = "".join(
         f"<tr><td>{label}</td><td class='{'pass' if ok else 'fail'}'>{html.escape(value)}</td></tr>"
         for label, value, ok in [
@@ -260,22 +270,35 @@ def robustness_html(evidence: RunEvidence | None, *, ndays: int | None = None,
             f"<tr><td>{html.escape(str(label))}</td><td>{_fmt(row['rank IC'], '+.4f')}</td>"
             f"<td>{_fmt(row['s.e.'], '.4f')}</td><td>{_fmt(row['Sharpe'], '.2f')}</td>"
             f"<td>{_fmt(row['Sharpe ex best month'], '.2f')}</td></tr>"
-            for label, row in baselines.iterrows())
+            for label, row in baselines.iterrows()
+        )
         verdict = html.escape(factor_verdict(m))
         capture = f"; signal capture {_fmt(m['signal_capture'], '.1%')} of the oracle" if "signal_capture" in m else ""
-        against = ("<table><thead><tr><th>Same folds and costs</th><th>rank IC</th><th>s.e.</th><th>Sharpe</th>"
-                   f"<th>ex best month</th></tr></thead><tbody>{cells}</tbody></table>"
-                   f"<p class='note'>{verdict}{capture}</p>")
-    warning = "" if evidence.comparable else (
-        "<p class='warn'>Not comparable: a leakage guard failed or was switched off. These numbers must not be "
-        "compared with other runs.</p>")
-    run = " ".join(html.escape(x) for x in (
-        evidence.run_name and f"run {evidence.run_name}", evidence.run_id and f"(MLflow {evidence.run_id})") if x)
+        against = (
+            "<table><thead><tr><th>Same folds and costs</th><th>rank IC</th><th>s.e.</th><th>Sharpe</th>"
+            f"<th>ex best month</th></tr></thead><tbody>{cells}</tbody></table>"
+            f"<p class='note'>{verdict}{capture}</p>"
+        )
+    warning = (
+        ""
+        if evidence.comparable
+        else (
+            "<p class='warn'>Not comparable: a leakage guard failed or was switched off. These numbers must not be "
+            "compared with other runs.</p>"
+        )
+    )
+    run = " ".join(
+        html.escape(x)
+        for x in (evidence.run_name and f"run {evidence.run_name}", evidence.run_id and f"(MLflow {evidence.run_id})")
+        if x
+    )
     rolling = ""
     if ndays is not None and ndays < rolling_min_days(periods_per_year):
-        rolling = (f"<p class='note'>The rolling beta / volatility / Sharpe / Sortino charts are left out: the test "
-                   f"period has {ndays} trading days, fewer than the {rolling_min_days(periods_per_year)} (two "
-                   "6-month windows) they need.</p>")
+        rolling = (
+            f"<p class='note'>The rolling beta / volatility / Sharpe / Sortino charts are left out: the test "
+            f"period has {ndays} trading days, fewer than the {rolling_min_days(periods_per_year)} (two "
+            "6-month windows) they need.</p>"
+        )
     return (
         f"{style}<section id='robustness'><h2>Robustness{': ' + run if run else ''}</h2>{warning}"
         "<table><thead><tr><th>Strategy</th><th>Sharpe</th><th>annual return</th></tr></thead>"
@@ -300,8 +323,9 @@ def _with_evidence(page: str, heading: str, block: str, hide_rolling: bool) -> s
     The block goes before quantstats' ``<div id="left">`` (its charts; the metrics column follows them),
     else right after ``<body>``; the page title replaces quantstats' fixed one.
     """
-    page = re.sub(r"<title>.*?</title>", lambda _: f"<title>{html.escape(heading)}</title>", page, count=1,
-                  flags=re.DOTALL)
+    page = re.sub(
+        r"<title>.*?</title>", lambda _: f"<title>{html.escape(heading)}</title>", page, count=1, flags=re.DOTALL
+    )
     if hide_rolling:
         names = "|".join(ROLLING_CHARTS)
         page = re.sub(rf'\s*<div id="(?:{names})">.*?</div>', "", page, flags=re.DOTALL)
@@ -310,7 +334,7 @@ def _with_evidence(page: str, heading: str, block: str, hide_rolling: bool) -> s
         return page.replace(marker, block + marker, 1)
     body = re.search(r"<body[^>]*>", page)
     if body:
-        return page[: body.end()] + block + page[body.end():]
+        return page[: body.end()] + block + page[body.end() :]
     return block + page
 
 
@@ -360,7 +384,13 @@ def _statistics(r: pd.Series, periods_per_year: int) -> dict[str, float]:
 
 #: Rows of :func:`tearsheet_metrics` that are fractions (shown as percents).
 PERCENT_ROWS = (
-    "Cumulative Return", "CAGR", "Volatility (ann.)", "Max Drawdown", "Best Day", "Worst Day", "CAGR ex best month",
+    "Cumulative Return",
+    "CAGR",
+    "Volatility (ann.)",
+    "Max Drawdown",
+    "Best Day",
+    "Worst Day",
+    "CAGR ex best month",
 )
 
 
@@ -403,9 +433,7 @@ def fallback_html(
         f"<tr><td>{year}</td><td>{row['benchmark_return'] * 100:.2f}%</td><td>{row['return'] * 100:.2f}%</td></tr>"
         for year, row in yearly.iterrows()
     )
-    note = (
-        f"<p class='note'>Reduced report: quantstats failed ({html.escape(reason)}).</p>" if reason else ""
-    )
+    note = f"<p class='note'>Reduced report: quantstats failed ({html.escape(reason)}).</p>" if reason else ""
     first, last = returns.index[0].date(), returns.index[-1].date()
     heading = html.escape(page_heading(title, returns.index))
     block = robustness_html(evidence)

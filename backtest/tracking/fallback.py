@@ -48,8 +48,9 @@ def sync_runs(source_uri: str, target_uri: str) -> list[tuple[str, str]]:
     target = mlflow.MlflowClient(tracking_uri=target_uri)
     copied = []
     for experiment in source.search_experiments():
-        runs = source.search_runs([experiment.experiment_id], filter_string=f"tags.{PENDING_TAG} = 'true'",
-                                  max_results=1000)
+        runs = source.search_runs(
+            [experiment.experiment_id], filter_string=f"tags.{PENDING_TAG} = 'true'", max_results=1000
+        )
         if not runs:
             continue
         target_experiment = prepare_store(target_uri, experiment.name)
@@ -66,11 +67,11 @@ def _copy_run(source: mlflow.MlflowClient, target: mlflow.MlflowClient, run, exp
     try:
         params = [Param(k, v) for k, v in run.data.params.items()]
         for start in range(0, len(params), 100):
-            target.log_batch(run_id, params=params[start:start + 100])
+            target.log_batch(run_id, params=params[start : start + 100])
         history = [m for key in run.data.metrics for m in source.get_metric_history(run.info.run_id, key)]
         metrics = [Metric(m.key, m.value, m.timestamp, m.step) for m in history]
         for start in range(0, len(metrics), 1000):
-            target.log_batch(run_id, metrics=metrics[start:start + 1000])
+            target.log_batch(run_id, metrics=metrics[start : start + 1000])
         with tempfile.TemporaryDirectory(prefix="rankbacktest-sync-") as tmp:
             local = source.download_artifacts(run.info.run_id, "", tmp)
             if any(Path(local).iterdir()):
@@ -96,13 +97,18 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m backtest.tracking sync --to URI [--from URI]``."""
     from backtest import PROJECT_DIR
 
-    parser = argparse.ArgumentParser(prog="python -m backtest.tracking",
-                                     description="Copy runs recorded in the fallback store to a tracking server.")
+    parser = argparse.ArgumentParser(
+        prog="python -m backtest.tracking", description="Copy runs recorded in the fallback store to a tracking server."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sync = sub.add_parser("sync", help="copy every run tagged pending_sync=true, then mark it synced")
     sync.add_argument("--to", required=True, dest="target", help="the tracking server, e.g. http://host:5000")
-    sync.add_argument("--from", dest="source", default=fallback_uri(PROJECT_DIR),
-                      help="the store holding the pending runs (default: the project's fallback store)")
+    sync.add_argument(
+        "--from",
+        dest="source",
+        default=fallback_uri(PROJECT_DIR),
+        help="the store holding the pending runs (default: the project's fallback store)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if not Path(args.source.removeprefix("sqlite:///")).exists() and args.source.startswith("sqlite:///"):

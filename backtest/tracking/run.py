@@ -190,19 +190,24 @@ class Tracker:
         for stale in runs:
             tags = stale.data.tags
             if tags.get("host") != host:
-                logger.warning("run %s of this configuration is RUNNING on host %s: left as it is",
-                               stale.info.run_id, tags.get("host", "unknown"))
+                logger.warning(
+                    "run %s of this configuration is RUNNING on host %s: left as it is",
+                    stale.info.run_id,
+                    tags.get("host", "unknown"),
+                )
                 continue
             pid = int(tags.get("pid", "0") or 0)
             if pid and pid != os.getpid() and _process_alive(pid):
                 logger.warning("run %s of this configuration is still running (pid %d)", stale.info.run_id, pid)
                 continue
             TrackedRun(self, stale.info.run_id, stale.info.run_name).end(
-                "FAILED", error=f"interrupted: its process (pid {pid} on {host}) ended without closing the run")
+                "FAILED", error=f"interrupted: its process (pid {pid} on {host}) ended without closing the run"
+            )
             ended.append(stale.info.run_id)
         if ended:
-            logger.warning("marked %d interrupted run(s) of this configuration FAILED: %s",
-                           len(ended), ", ".join(ended))
+            logger.warning(
+                "marked %d interrupted run(s) of this configuration FAILED: %s", len(ended), ", ".join(ended)
+            )
         return ended
 
     def _raise_if_unavailable(self, exc: Exception) -> None:
@@ -344,9 +349,7 @@ class TrackedRun:
                 self.tracker.client.log_artifact(self.run_id, str(local_path), artifact_path)
         except (MlflowException, OSError) as exc:
             self._raise_if_unavailable(exc, f"artifact {local_path.name}")
-            raise TrackingError(
-                f"Could not log artifact {local_path} to run {self.run_id}: {exc.message}"
-            ) from exc
+            raise TrackingError(f"Could not log artifact {local_path} to run {self.run_id}: {exc.message}") from exc
 
     def log_config(self, config: Mapping[str, Any], artifact_file: str = ARTIFACTS.config) -> dict[str, str]:
         """Log a resolved config twice: as flattened params and as a redacted YAML artifact.
@@ -371,9 +374,7 @@ class TrackedRun:
         data = frame.to_frame() if isinstance(frame, pd.Series) else frame
         suffix = Path(artifact_file).suffix.lower()
         if suffix not in (".parquet", ".csv"):
-            raise TrackingError(
-                f"log_frame: artifact_file must end with .parquet or .csv, received {artifact_file!r}."
-            )
+            raise TrackingError(f"log_frame: artifact_file must end with .parquet or .csv, received {artifact_file!r}.")
         with tempfile.TemporaryDirectory(prefix="rankbacktest-artifact-") as tmp:
             path = Path(tmp) / Path(artifact_file).name
             if suffix == ".parquet":
@@ -386,8 +387,9 @@ class TrackedRun:
         """Write ``obj`` as JSON (dates and numpy scalars as strings) and log it at ``artifact_file``."""
         self._log_text(json.dumps(obj, indent=2, default=str, ensure_ascii=False), artifact_file)
 
-    def log_image(self, local_path: Path | str, artifact_file: str | None = None, *, key: str | None = None,
-                  step: int = 0) -> None:
+    def log_image(
+        self, local_path: Path | str, artifact_file: str | None = None, *, key: str | None = None, step: int = 0
+    ) -> None:
         """Log an image file (PNG) where MLflow's UI shows it.
 
         Parameters
@@ -415,8 +417,9 @@ class TrackedRun:
 
             try:
                 with PIL.Image.open(local_path) as image:
-                    self.tracker.client.log_image(self.run_id, image.convert("RGB"), key=key, step=int(step),
-                                                  synchronous=True)
+                    self.tracker.client.log_image(
+                        self.run_id, image.convert("RGB"), key=key, step=int(step), synchronous=True
+                    )
             except (MlflowException, OSError, ValueError) as exc:
                 self._raise_if_unavailable(exc, f"image {key!r}")
                 raise TrackingError(f"MLflow refused the image {key!r} for run {self.run_id}: {exc}") from exc
@@ -523,8 +526,7 @@ class TrackedRun:
         """Raise StoreUnavailableError when ``exc`` says the store is gone rather than refusing."""
         if store_unavailable(exc):
             raise StoreUnavailableError(
-                f"The MLflow store {redact_uri(self.tracker.uri)!r} did not take {what} for run {self.run_id}: "
-                f"{exc}"
+                f"The MLflow store {redact_uri(self.tracker.uri)!r} did not take {what} for run {self.run_id}: {exc}"
             ) from exc
 
     def _log_text(self, text: str, artifact_file: str) -> None:
@@ -542,9 +544,9 @@ def open_run(run_id: str, uri: str | None, project_dir: Path | str) -> TrackedRu
     is not created.
     """
     resolved = resolve_tracking_uri(uri, project_dir)
-    if resolved.startswith("sqlite:///") and not Path(resolved[len("sqlite:///"):]).is_file():
+    if resolved.startswith("sqlite:///") and not Path(resolved[len("sqlite:///") :]).is_file():
         raise TrackingError(
-            f"no MLflow store at {resolved[len('sqlite:///'):]}. Fix: pass the tracking URI of the store the run "
+            f"no MLflow store at {resolved[len('sqlite:///') :]}. Fix: pass the tracking URI of the store the run "
             "was recorded in (--tracking-uri; the run summary's 'open the UI' line names it)."
         )
     client = mlflow.MlflowClient(tracking_uri=resolved)
@@ -553,8 +555,9 @@ def open_run(run_id: str, uri: str | None, project_dir: Path | str) -> TrackedRu
         experiment = client.get_experiment(info.experiment_id).name
     except MlflowException as exc:
         if exc.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
-            raise TrackingError(f"the MLflow store {redact_uri(resolved)} refused run {run_id}: {exc.message}") \
-                from None
+            raise TrackingError(
+                f"the MLflow store {redact_uri(resolved)} refused run {run_id}: {exc.message}"
+            ) from None
         raise TrackingError(
             f"run {run_id!r} not found in {redact_uri(resolved)}. Fix: copy the id the run summary prints ('MLflow "
             "run ...') or the MLflow UI shows, and pass --tracking-uri when the run is in another store."
@@ -570,8 +573,9 @@ def config_key(config: Mapping[str, Any]) -> str:
     The sweep bookkeeping (``tracking.parent_run_id``, ``tracking.n_trials``) is left out: a rerun of
     one job outside its sweep is the same configuration.
     """
-    params = {k: v for k, v in flatten_config(config).items()
-              if k not in ("tracking.parent_run_id", "tracking.n_trials")}
+    params = {
+        k: v for k, v in flatten_config(config).items() if k not in ("tracking.parent_run_id", "tracking.n_trials")
+    }
     return hashlib.blake2b(json.dumps(params, sort_keys=True).encode(), digest_size=10).hexdigest()
 
 
@@ -580,8 +584,14 @@ def store_unavailable(exc: BaseException) -> bool:
     if isinstance(exc, OSError):
         return True
     text = str(getattr(exc, "message", exc)).lower()
-    markers = ("failed with exception", "max retries exceeded", "connection refused", "database or disk is full",
-               "disk i/o error", "unable to open database")
+    markers = (
+        "failed with exception",
+        "max retries exceeded",
+        "connection refused",
+        "database or disk is full",
+        "disk i/o error",
+        "unable to open database",
+    )
     return any(marker in text for marker in markers)
 
 

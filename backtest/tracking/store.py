@@ -187,8 +187,14 @@ def take_credentials(uri: str) -> str:
         if os.environ.get(name) not in (None, value):
             logger.warning("tracking.uri carries credentials: they replace %s of the environment", name)
         os.environ[name] = value
-    logger.info("tracking.uri carries credentials for user %r: passed to MLflow through %s / %s (this process "
-                "only, never recorded); the store is %s", user, ENV_USERNAME, ENV_PASSWORD, plain)
+    logger.info(
+        "tracking.uri carries credentials for user %r: passed to MLflow through %s / %s (this process "
+        "only, never recorded); the store is %s",
+        user,
+        ENV_USERNAME,
+        ENV_PASSWORD,
+        plain,
+    )
     return plain
 
 
@@ -273,9 +279,7 @@ def prepare_store(
     )
 
 
-def _get_or_create_experiment(
-    client: mlflow.MlflowClient, uri: str, name: str, artifact_location: str | None
-) -> str:
+def _get_or_create_experiment(client: mlflow.MlflowClient, uri: str, name: str, artifact_location: str | None) -> str:
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         try:

@@ -46,8 +46,10 @@ def local_postgres(pgdata: Path | str) -> Iterator[str]:
     try:
         import pgserver
     except ImportError:
-        raise ConfigError("the local team store needs the pgserver wheel: .venv/bin/pip install -e '.[team]'\n"
-                          f"  or name an existing PostgreSQL: {ENV_DATABASE}=postgresql://USER@HOST/mlflow") from None
+        raise ConfigError(
+            "the local team store needs the pgserver wheel: .venv/bin/pip install -e '.[team]'\n"
+            f"  or name an existing PostgreSQL: {ENV_DATABASE}=postgresql://USER@HOST/mlflow"
+        ) from None
     Path(pgdata).mkdir(parents=True, exist_ok=True)
     server = pgserver.get_server(Path(pgdata).resolve(), cleanup_mode="stop")
     try:
@@ -67,9 +69,11 @@ def database_uri(environ: dict[str, str] | os._Environ = os.environ) -> str | No
     """
     uri = environ.get(ENV_DATABASE, "").strip()
     if uri and not uri.startswith("postgresql"):
-        raise ConfigError(f"{ENV_DATABASE} must name a PostgreSQL database, received {redact_uri(uri)!r}\n"
-                          f"  fix: {ENV_DATABASE}=postgresql://USER:PASSWORD@HOST:5432/mlflow, or unset it "
-                          "for a local trial store")
+        raise ConfigError(
+            f"{ENV_DATABASE} must name a PostgreSQL database, received {redact_uri(uri)!r}\n"
+            f"  fix: {ENV_DATABASE}=postgresql://USER:PASSWORD@HOST:5432/mlflow, or unset it "
+            "for a local trial store"
+        )
     return uri or None
 
 
@@ -87,8 +91,9 @@ def member_lines(server: UiServer, experiment: str) -> list[str]:
     ]
 
 
-def serve_team(*, host: str, port: int, pgdata: Path, artifacts: Path, experiment: str,
-               allowed_hosts: str | None = None) -> int:
+def serve_team(
+    *, host: str, port: int, pgdata: Path, artifacts: Path, experiment: str, allowed_hosts: str | None = None
+) -> int:
     """Start the database (or use :data:`ENV_DATABASE`'s) and the server; wait until Ctrl-C."""
     production = database_uri()
     with contextlib.nullcontext(production) if production else local_postgres(pgdata) as uri:
@@ -105,19 +110,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m backtest.tracking.team", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default=UI_HOST, help="interface to listen on (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
-    parser.add_argument("--pgdata", type=Path, default=TEAM_DIR / "pgdata",
-                        help=f"the local PostgreSQL's folder when {ENV_DATABASE} is unset")
-    parser.add_argument("--artifacts", type=Path, default=TEAM_DIR / "mlartifacts",
-                        help="where the server keeps the artifacts it is sent")
-    parser.add_argument("--allowed-hosts", default=None,
-                        help="Host headers the server answers besides localhost and private IPs "
-                             "(mlflow server --allowed-hosts: mlflow.team.example,10.0.0.5:5000)")
+    parser.add_argument(
+        "--pgdata",
+        type=Path,
+        default=TEAM_DIR / "pgdata",
+        help=f"the local PostgreSQL's folder when {ENV_DATABASE} is unset",
+    )
+    parser.add_argument(
+        "--artifacts",
+        type=Path,
+        default=TEAM_DIR / "mlartifacts",
+        help="where the server keeps the artifacts it is sent",
+    )
+    parser.add_argument(
+        "--allowed-hosts",
+        default=None,
+        help="Host headers the server answers besides localhost and private IPs "
+        "(mlflow server --allowed-hosts: mlflow.team.example,10.0.0.5:5000)",
+    )
     parser.add_argument("--experiment", default="rankbacktest")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return serve_team(host=args.host, port=args.port, pgdata=args.pgdata, artifacts=args.artifacts.resolve(),
-                          experiment=args.experiment, allowed_hosts=args.allowed_hosts)
+        return serve_team(
+            host=args.host,
+            port=args.port,
+            pgdata=args.pgdata,
+            artifacts=args.artifacts.resolve(),
+            experiment=args.experiment,
+            allowed_hosts=args.allowed_hosts,
+        )
     except (ConfigError, TrackingError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

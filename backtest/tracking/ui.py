@@ -78,8 +78,14 @@ def artifacts_destination(uri: str, project_dir: Path | str = PROJECT_DIR) -> Pa
 
 
 def server_command(
-    uri: str, *, port: int = DEFAULT_PORT, project_dir: Path | str = PROJECT_DIR, workers: int = 1,
-    host: str = UI_HOST, artifacts: Path | str | None = None, extra_args: Sequence[str] = (),
+    uri: str,
+    *,
+    port: int = DEFAULT_PORT,
+    project_dir: Path | str = PROJECT_DIR,
+    workers: int = 1,
+    host: str = UI_HOST,
+    artifacts: Path | str | None = None,
+    extra_args: Sequence[str] = (),
 ) -> list[str]:
     """The ``mlflow server`` command line for ``uri`` (a database store: SQLite, PostgreSQL, ...).
 
@@ -192,8 +198,14 @@ class UiServer:
             raise TrackingError(
                 f"Something already answers on {self.url}. Fix: stop it, or pick another port (UI_PORT=5001)."
             )
-        command = server_command(self.uri, port=self.port, project_dir=self.project_dir, host=self.host,
-                                 artifacts=self.artifacts, extra_args=self.extra_args)
+        command = server_command(
+            self.uri,
+            port=self.port,
+            project_dir=self.project_dir,
+            host=self.host,
+            artifacts=self.artifacts,
+            extra_args=self.extra_args,
+        )
         self._output = open(self.log_path, "ab") if self.log_path else None
         self.process = subprocess.Popen(
             command, env=server_env(), stdout=self._output, stderr=self._output, start_new_session=True
@@ -282,8 +294,10 @@ def compare_url(base_url: str, run_ids: Sequence[str], experiment_ids: Sequence[
     >>> compare_url("http://127.0.0.1:5000", ["a1", "b2"], ["1"])
     'http://127.0.0.1:5000/#/compare-runs?runs=%5B%22a1%22%2C%22b2%22%5D&experiments=%5B%221%22%5D&workflowType=machine_learning'
     """
-    return (f"{base_url.rstrip('/')}/#/compare-runs?runs={_json_param(run_ids)}"
-            f"&experiments={_json_param(experiment_ids)}&workflowType={WORKFLOW_TYPE}")
+    return (
+        f"{base_url.rstrip('/')}/#/compare-runs?runs={_json_param(run_ids)}"
+        f"&experiments={_json_param(experiment_ids)}&workflowType={WORKFLOW_TYPE}"
+    )
 
 
 def metric_url(base_url: str, run_ids: Sequence[str], experiment_ids: Sequence[str], metric: str) -> str:
@@ -386,7 +400,9 @@ def latest_study(client: object, experiment_id: str, *, max_sweeps: int = 20) ->
     the runs nested under it (or, for runs copied without their nesting, the ``backtest`` runs with its
     ``study`` tag). None when the experiment has no such sweep."""
     sweeps = client.search_runs(  # type: ignore[attr-defined]
-        [experiment_id], filter_string="tags.run_kind = 'sweep'", max_results=max_sweeps,
+        [experiment_id],
+        filter_string="tags.run_kind = 'sweep'",
+        max_results=max_sweeps,
         order_by=["attributes.start_time DESC"],
     )
     for parent in sweeps:
@@ -483,8 +499,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m backtest.tracking.ui serve|urls``; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m backtest.tracking.ui", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for name, text in (("serve", "start a local MLflow UI on the store and print its links"),
-                       ("urls", "print the links for a UI already running on --port")):
+    for name, text in (
+        ("serve", "start a local MLflow UI on the store and print its links"),
+        ("urls", "print the links for a UI already running on --port"),
+    ):
         sub = commands.add_parser(name, help=text)
         sub.add_argument("--port", type=int, default=_default_port(), help="default: $UI_PORT or 5000")
         sub.add_argument("--uri", default=None, help="tracking store; default: the project's sqlite store")

@@ -78,7 +78,7 @@ def test_price_limits_are_board_specific_and_hit(default_market) -> None:
     codes = trading.index.get_level_values("code")
     dates = trading.index.get_level_values("date")
     main = ~codes.str[:3].isin(["300", "301", "688"])
-    ratio = (trading["up_limit"] / ((trading["up_limit"] + trading["down_limit"]) / 2))
+    ratio = trading["up_limit"] / ((trading["up_limit"] + trading["down_limit"]) / 2)
     assert np.allclose(ratio[main], 1.10, atol=0.012)
     growth_late = codes.str[:3].isin(["300", "301"]) & (dates >= pd.Timestamp("2020-08-24"))
     assert np.allclose(ratio[growth_late], 1.20, atol=0.012)
@@ -110,13 +110,16 @@ def test_suspended_days_are_exactly_the_days_without_volume(tiny_market) -> None
     p = tiny_market.panel
     assert p["is_suspended"].sum() > 50
     assert ((p["volume"] == 0) == p["is_suspended"]).all()
-    assert (tradability.suspended(p, WideGrid.of(p)) == tradability.suspended(
-        p.drop(columns=["is_suspended"]), WideGrid.of(p))).all()
+    assert (
+        tradability.suspended(p, WideGrid.of(p))
+        == tradability.suspended(p.drop(columns=["is_suspended"]), WideGrid.of(p))
+    ).all()
 
 
 def test_price_limits_follow_the_one_board_rule_across_the_chinext_reform() -> None:
-    market = simulate_market(SyntheticMarketConfig(seed=3, n_stocks=120, n_members=60, start="2020-05-01",
-                                                   end="2020-11-30"))
+    market = simulate_market(
+        SyntheticMarketConfig(seed=3, n_stocks=120, n_members=60, start="2020-05-01", end="2020-11-30")
+    )
     p = market.panel
     ref = p.groupby(level="code")["close"].shift(1)
     dates, codes = p.index.get_level_values("date"), p.index.get_level_values("code")
@@ -229,7 +232,8 @@ def test_the_fingerprint_is_its_value_by_value_definition(tiny_market) -> None:
     industry = panel["industry"].astype(object)
     industry.iloc[::7] = None
     panel["industry"] = industry.astype("category")
-    panel["note"] = pd.Series(["板块", None, 1, 1.0] * (len(panel) // 4) + ["y"] * (len(panel) % 4),
-                              index=panel.index, dtype=object)
+    panel["note"] = pd.Series(
+        ["板块", None, 1, 1.0] * (len(panel) // 4) + ["y"] * (len(panel) % 4), index=panel.index, dtype=object
+    )
     assert panel_fingerprint(panel) == _fingerprint_value_by_value(panel)
     assert panel_fingerprint(panel) != panel_fingerprint(tiny_market.panel)

@@ -62,40 +62,52 @@ def mask(panel: pd.DataFrame, matrix: np.ndarray) -> pd.DataFrame:
 
 
 def test_the_suspension_flag_stops_trading_and_a_missing_flag_does_not() -> None:
-    panel = panel_of("2024-01-08", {
-        "close": {"A": [10.0, 10.0, 10.0], "B": [10.0, 10.0, 10.0]},
-        "is_suspended": {"A": [False, True, False], "B": [False, None, False]},
-    })
+    panel = panel_of(
+        "2024-01-08",
+        {
+            "close": {"A": [10.0, 10.0, 10.0], "B": [10.0, 10.0, 10.0]},
+            "is_suspended": {"A": [False, True, False], "B": [False, None, False]},
+        },
+    )
     grid = WideGrid.of(panel)
     assert mask(panel, trading(panel, grid)).to_dict("list") == {"A": [1, 0, 1], "B": [1, 1, 1]}
 
 
 def test_zero_volume_without_the_flag_is_a_day_without_trading_and_nan_volume_is_no_evidence() -> None:
-    panel = panel_of("2024-01-08", {
-        "close": {"A": [10.0, 10.0, 10.0, 10.0], "B": [10.0, 10.0, 10.0, 10.0]},
-        "volume": {"A": [100.0, 0.0, 100.0, np.nan], "B": [100.0, 100.0, 0.0, 100.0]},
-    })
+    panel = panel_of(
+        "2024-01-08",
+        {
+            "close": {"A": [10.0, 10.0, 10.0, 10.0], "B": [10.0, 10.0, 10.0, 10.0]},
+            "volume": {"A": [100.0, 0.0, 100.0, np.nan], "B": [100.0, 100.0, 0.0, 100.0]},
+        },
+    )
     grid = WideGrid.of(panel)
     assert mask(panel, trading(panel, grid)).to_dict("list") == {"A": [1, 0, 1, 1], "B": [1, 1, 0, 1]}
     assert mask(panel, suspended(panel, grid)).to_dict("list") == {"A": [0, 1, 0, 0], "B": [0, 0, 1, 0]}
 
 
 def test_zero_volume_stops_trading_even_where_the_flag_says_trading() -> None:
-    panel = panel_of("2024-01-08", {
-        "close": {"A": [10.0, 10.0, 10.0]},
-        "volume": {"A": [100.0, 0.0, 100.0]},
-        "is_suspended": {"A": [False, False, True]},
-    })
+    panel = panel_of(
+        "2024-01-08",
+        {
+            "close": {"A": [10.0, 10.0, 10.0]},
+            "volume": {"A": [100.0, 0.0, 100.0]},
+            "is_suspended": {"A": [False, False, True]},
+        },
+    )
     # Day 2: the flag says trading, no share traded: not trading. Day 3: flagged, volume or not.
     assert mask(panel, trading(panel, WideGrid.of(panel))).to_dict("list") == {"A": [1, 0, 0]}
 
 
 def test_no_row_and_no_usable_price_are_not_trading() -> None:
-    panel = panel_of("2024-01-08", {
-        "close": {"A": [10.0, None, 10.0, 10.0], "B": [10.0, 10.0, 10.0, 10.0]},
-        "open": {"A": [10.0, None, np.nan, 10.0], "B": [10.0, 10.0, 10.0, 10.0]},
-        "is_suspended": {"A": [False, None, True, False], "B": [False] * 4},
-    })
+    panel = panel_of(
+        "2024-01-08",
+        {
+            "close": {"A": [10.0, None, 10.0, 10.0], "B": [10.0, 10.0, 10.0, 10.0]},
+            "open": {"A": [10.0, None, np.nan, 10.0], "B": [10.0, 10.0, 10.0, 10.0]},
+            "is_suspended": {"A": [False, None, True, False], "B": [False] * 4},
+        },
+    )
     grid = WideGrid.of(panel)
     fill = grid.to_wide(panel["open"], dtype=np.float64)
     fill[3, 1] = 0.0  # a zero price is a broken bar, never a fill
@@ -122,10 +134,13 @@ def test_boards_and_their_limits_around_the_chinext_reform() -> None:
 def board_panel(start: str, day2_open: float) -> pd.DataFrame:
     """Three boards closing at 10.00 on day 1 and opening at ``day2_open`` on day 2 (no limit columns)."""
     codes = ["600000.SH", "300001.SZ", "688001.SH"]
-    return panel_of(start, {
-        "open": {c: [10.0, day2_open] for c in codes},
-        "close": {c: [10.0, day2_open] for c in codes},
-    })
+    return panel_of(
+        start,
+        {
+            "open": {c: [10.0, day2_open] for c in codes},
+            "close": {c: [10.0, day2_open] for c in codes},
+        },
+    )
 
 
 @pytest.mark.parametrize(
@@ -169,13 +184,16 @@ def test_board_limit_prices_round_half_a_fen_up_exactly() -> None:
 
 
 def test_limit_columns_win_per_cell_over_the_board_rule() -> None:
-    panel = panel_of("2024-01-08", {
-        "open": {"600000.SH": [10.0, 10.5, 11.0, 11.0]},
-        "close": {"600000.SH": [10.0, 10.0, 10.0, 11.0]},
-        # A 5% (ST) limit on day 2; day 3 has no limit column value: the board rule fills in.
-        "up_limit": {"600000.SH": [10.5, 10.5, np.nan, 13.0]},
-        "down_limit": {"600000.SH": [9.5, 9.5, np.nan, 9.0]},
-    })
+    panel = panel_of(
+        "2024-01-08",
+        {
+            "open": {"600000.SH": [10.0, 10.5, 11.0, 11.0]},
+            "close": {"600000.SH": [10.0, 10.0, 10.0, 11.0]},
+            # A 5% (ST) limit on day 2; day 3 has no limit column value: the board rule fills in.
+            "up_limit": {"600000.SH": [10.5, 10.5, np.nan, 13.0]},
+            "down_limit": {"600000.SH": [9.5, 9.5, np.nan, 9.0]},
+        },
+    )
     grid = WideGrid.of(panel)
     up, down = limit_prices(panel, grid)
     np.testing.assert_allclose(up[:, 0], [10.5, 10.5, 11.0, 13.0])
@@ -185,22 +203,28 @@ def test_limit_columns_win_per_cell_over_the_board_rule() -> None:
 
 
 def test_the_limit_reference_is_the_last_close_ex_rights() -> None:
-    panel = panel_of("2024-01-08", {
-        "open": {"A": [20.0, 20.0, 10.9, 11.0]},
-        "close": {"A": [20.0, 20.0, 10.0, 11.0]},
-        "adj_factor": {"A": [1.0, 1.0, 2.0, 2.0]},  # 2-for-1 split on day 3: the reference is 20 / 2
-    })
+    panel = panel_of(
+        "2024-01-08",
+        {
+            "open": {"A": [20.0, 20.0, 10.9, 11.0]},
+            "close": {"A": [20.0, 20.0, 10.0, 11.0]},
+            "adj_factor": {"A": [1.0, 1.0, 2.0, 2.0]},  # 2-for-1 split on day 3: the reference is 20 / 2
+        },
+    )
     up, down = limit_prices(panel, WideGrid.of(panel))
     np.testing.assert_allclose(up[1:, 0], [22.0, 11.0, 11.0])
     np.testing.assert_allclose(down[1:, 0], [18.0, 9.0, 9.0])
 
 
 def test_can_buy_and_can_sell_follow_the_limits() -> None:
-    panel = panel_of("2024-01-08", {
-        "open": {"A": [10.0, 11.0, 9.9], "B": [10.0, 9.0, 9.0], "C": [10.0, 10.0, 10.0]},
-        "close": {"A": [10.0, 11.0, 11.0], "B": [10.0, 10.0, 9.0], "C": [10.0, 10.0, 10.0]},
-        "volume": {"A": [1.0, 1.0, 1.0], "B": [1.0, 1.0, 1.0], "C": [1.0, 0.0, 1.0]},
-    })
+    panel = panel_of(
+        "2024-01-08",
+        {
+            "open": {"A": [10.0, 11.0, 9.9], "B": [10.0, 9.0, 9.0], "C": [10.0, 10.0, 10.0]},
+            "close": {"A": [10.0, 11.0, 11.0], "B": [10.0, 10.0, 9.0], "C": [10.0, 10.0, 10.0]},
+            "volume": {"A": [1.0, 1.0, 1.0], "B": [1.0, 1.0, 1.0], "C": [1.0, 0.0, 1.0]},
+        },
+    )
     grid = WideGrid.of(panel)
     rule = Tradability.of(panel, grid, grid.to_wide(panel["open"], dtype=np.float64))
     # Day 2: A opens at limit-up (no buy, can sell), B at limit-down (buy, no sell), C does not trade.
@@ -216,10 +240,13 @@ def test_can_buy_and_can_sell_follow_the_limits() -> None:
 
 
 def test_only_members_of_the_day_are_eligible() -> None:
-    panel = panel_of("2024-01-08", {
-        "close": {"A": [10.0, 10.0, 10.0], "B": [10.0, None, 10.0]},
-        "in_universe": {"A": [True, False, None], "B": [True, None, True]},
-    })
+    panel = panel_of(
+        "2024-01-08",
+        {
+            "close": {"A": [10.0, 10.0, 10.0], "B": [10.0, None, 10.0]},
+            "in_universe": {"A": [True, False, None], "B": [True, None, True]},
+        },
+    )
     grid = WideGrid.of(panel)
     assert mask(panel, eligible(panel, grid)).to_dict("list") == {"A": [1, 0, 0], "B": [1, 0, 1]}
     without = panel.drop(columns=["in_universe"])
@@ -237,12 +264,15 @@ def test_carry_forward_keeps_the_last_finite_value() -> None:
 
 def test_features_labels_and_portfolio_share_the_rule() -> None:
     # B: flagged False but no volume on day 3; C: flagged on day 4 with volume (a vendor's flag).
-    panel = panel_of("2024-01-08", {
-        "open": {c: [10.0 + i * 0.1 for i in range(8)] for c in "ABC"},
-        "close": {c: [10.0 + i * 0.1 for i in range(8)] for c in "ABC"},
-        "volume": {"A": [1e4] * 8, "B": [1e4, 1e4, 1e4, 0.0] + [1e4] * 4, "C": [1e4] * 8},
-        "is_suspended": {"A": [False] * 8, "B": [False] * 8, "C": [False] * 4 + [True] + [False] * 3},
-    })
+    panel = panel_of(
+        "2024-01-08",
+        {
+            "open": {c: [10.0 + i * 0.1 for i in range(8)] for c in "ABC"},
+            "close": {c: [10.0 + i * 0.1 for i in range(8)] for c in "ABC"},
+            "volume": {"A": [1e4] * 8, "B": [1e4, 1e4, 1e4, 0.0] + [1e4] * 4, "C": [1e4] * 8},
+            "is_suspended": {"A": [False] * 8, "B": [False] * 8, "C": [False] * 4 + [True] + [False] * 3},
+        },
+    )
     grid = WideGrid.of(panel)
     rule = trading(panel, grid)
     assert (~rule).sum() == 2
@@ -259,7 +289,8 @@ def test_features_labels_and_portfolio_share_the_rule() -> None:
     )
     result = simulate(scores, panel, PortfolioSpec(top_k=1, rebalance_every=1))
     assert result.blocked[["date", "code", "reason"]].values.tolist() == [
-        [grid.dates[3], "B", "suspended"], [grid.dates[4], "C", "suspended"],
+        [grid.dates[3], "B", "suspended"],
+        [grid.dates[4], "C", "suspended"],
     ]
     buys = result.trades[result.trades["side"] == "buy"]
     assert buys[["date", "code"]].values.tolist() == [[grid.dates[3], "A"], [grid.dates[4], "B"]]

@@ -70,9 +70,23 @@ def test_fixture_imports_as_a_valid_canonical_panel(panel: pd.DataFrame) -> None
     assert len(panel) == 245 + 3  # 245 daily bars + 3 suspended days of 000002.SZ
     assert panel.index.get_level_values("code").nunique() == 7
     assert panel.index.get_level_values("date").nunique() == 37
-    assert list(panel.columns) == ["open", "high", "low", "close", "volume", "amount", "adj_factor", "up_limit",
-                                   "down_limit", "total_mv", "float_mv", *MONEYFLOW_COLUMNS, "industry",
-                                   "in_universe", "is_suspended"]
+    assert list(panel.columns) == [
+        "open",
+        "high",
+        "low",
+        "close",
+        "volume",
+        "amount",
+        "adj_factor",
+        "up_limit",
+        "down_limit",
+        "total_mv",
+        "float_mv",
+        *MONEYFLOW_COLUMNS,
+        "industry",
+        "in_universe",
+        "is_suspended",
+    ]
     # Spring Festival (2024-02-09 .. 02-16) is closed on trade_cal: no rows, and no suspension rows either.
     dates = panel.index.get_level_values("date")
     assert not ((dates >= D("2024-02-09")) & (dates <= D("2024-02-16"))).any()
@@ -214,15 +228,15 @@ def test_industry_is_applied_by_date(panel: pd.DataFrame) -> None:
     assert industry.loc["2024-01-18", "601318.SH"] == "非银金融"  # out_date 20240118 is its last day
     assert industry.loc["2024-01-19", "601318.SH"] == "综合"
     assert (industry["000001.SZ"] == "银行").all() and (industry["300750.SZ"] == "电力设备").all()
-    assert set(panel["industry"].dropna().unique()) == {"银行", "房地产", "电力设备", "非银金融", "综合",
-                                                         "电子"}
+    assert set(panel["industry"].dropna().unique()) == {"银行", "房地产", "电力设备", "非银金融", "综合", "电子"}
 
 
 def test_undated_stock_basic_industry(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     export = _copy(tmp_path)
     (export / "industry.csv").write_text(
         "ts_code,symbol,name,industry,list_date\n000001.SZ,000001,平安银行,银行,19910403\n"
-        "601318.SH,601318,中国平安,保险,20070301\n")
+        "601318.SH,601318,中国平安,保险,20070301\n"
+    )
     with caplog.at_level(logging.WARNING):
         industry = import_tushare(export)["industry"].unstack("code")
     assert (industry["601318.SH"] == "保险").all() and (industry["000001.SZ"] == "银行").all()
@@ -266,6 +280,7 @@ def _set(column: str, row: int, value: str) -> Callable[[pd.DataFrame], pd.DataF
         t = t.copy()
         t.loc[row, column] = value
         return t
+
     return change
 
 
@@ -278,27 +293,53 @@ _AMOUNTS = [c for c in MONEYFLOW_COLUMNS]
 MALFORMED = [
     ("daily without close", "daily", lambda t: t.drop(columns="close"), ["daily.csv", "missing column", "close"]),
     ("daily without ts_code", "daily", lambda t: t.drop(columns="ts_code"), ["missing column", "ts_code"]),
-    ("moneyflow without net_mf_amount", "moneyflow", lambda t: t.drop(columns="net_mf_amount"),
-     ["moneyflow.csv", "net_mf_amount"]),
-    ("text in a numeric column", "daily", _set("vol", 3, "12.3k"),
-     ["text in numeric field 'vol'", "12.3k", "2024-02-29"]),
-    ("unparseable trade_date", "adj_factor", _set("trade_date", 0, "2024-13-45"),
-     ["adj_factor.csv", "unparseable", "2024-13-45"]),
-    ("member code without bars", "index_weight",
-     lambda t: pd.concat([t, pd.DataFrame([["399300.SZ", "600087.SH", "20240201", "1.0"]], columns=t.columns)]),
-     ["index_weight.csv", "600087.SH", "no rows in the panel"]),
+    (
+        "moneyflow without net_mf_amount",
+        "moneyflow",
+        lambda t: t.drop(columns="net_mf_amount"),
+        ["moneyflow.csv", "net_mf_amount"],
+    ),
+    (
+        "text in a numeric column",
+        "daily",
+        _set("vol", 3, "12.3k"),
+        ["text in numeric field 'vol'", "12.3k", "2024-02-29"],
+    ),
+    (
+        "unparseable trade_date",
+        "adj_factor",
+        _set("trade_date", 0, "2024-13-45"),
+        ["adj_factor.csv", "unparseable", "2024-13-45"],
+    ),
+    (
+        "member code without bars",
+        "index_weight",
+        lambda t: pd.concat([t, pd.DataFrame([["399300.SZ", "600087.SH", "20240201", "1.0"]], columns=t.columns)]),
+        ["index_weight.csv", "600087.SH", "no rows in the panel"],
+    ),
     ("duplicate rows", "moneyflow", lambda t: pd.concat([t, t.iloc[[5]]]), ["share a (ts_code, trade_date) key"]),
     ("vol already in shares", "daily", _scale(["vol"], 100.0), ["units look wrong", "lots"]),
     ("moneyflow in CNY", "moneyflow", _scale(_AMOUNTS, 10_000.0), ["moneyflow.csv", "units look wrong"]),
     ("total_mv in CNY", "daily_basic", _scale(["total_mv"], 10_000.0), ["daily_basic.csv", "units look wrong"]),
     ("stk_limit adjusted", "stk_limit", _scale(["up_limit", "down_limit"], 8.0), ["stk_limit.csv", "units"]),
-    ("codes without exchange suffix", "adj_factor", lambda t: t.assign(ts_code=t["ts_code"].str[:6]),
-     ["adj_factor.csv", "none of its", "ts_code"]),
-    ("bar on a closed day", "trade_cal",
-     lambda t: t.assign(is_open=np.where(t["cal_date"] == "20240105", "0", t["is_open"])),
-     ["daily.csv", "not open days", "2024-01-05"]),
-    ("industry without a name column", "industry", lambda t: t.drop(columns=["l1_name"]),
-     ["industry.csv", "industry name"]),
+    (
+        "codes without exchange suffix",
+        "adj_factor",
+        lambda t: t.assign(ts_code=t["ts_code"].str[:6]),
+        ["adj_factor.csv", "none of its", "ts_code"],
+    ),
+    (
+        "bar on a closed day",
+        "trade_cal",
+        lambda t: t.assign(is_open=np.where(t["cal_date"] == "20240105", "0", t["is_open"])),
+        ["daily.csv", "not open days", "2024-01-05"],
+    ),
+    (
+        "industry without a name column",
+        "industry",
+        lambda t: t.drop(columns=["l1_name"]),
+        ["industry.csv", "industry name"],
+    ),
     ("index_weight without con_code", "index_weight", lambda t: t.drop(columns="con_code"), ["con_code"]),
     ("header-only moneyflow", "moneyflow", lambda t: t.iloc[:0], ["moneyflow.csv", "no rows"]),
 ]
@@ -373,13 +414,14 @@ class FakeTushare:
     def __init__(self, fail: Callable[[str, dict], Exception | None] | None = None) -> None:
         self.calls: list[tuple[str, dict]] = []
         self.fail = fail
-        self.tables = {key: pd.read_csv(FIXTURES / f"{key}.csv", dtype=str, keep_default_na=False)
-                       for key in FILE_KEYS}
-        self.tables["stock_basic"] = pd.DataFrame({
-            "ts_code": ["000001.SZ", "600000.SH", "601318.SH", "600087.SH"],
-            "industry": ["银行", "银行", "保险", "银行"],
-            "list_status": ["L", "L", "L", "D"],
-        })
+        self.tables = {key: pd.read_csv(FIXTURES / f"{key}.csv", dtype=str, keep_default_na=False) for key in FILE_KEYS}
+        self.tables["stock_basic"] = pd.DataFrame(
+            {
+                "ts_code": ["000001.SZ", "600000.SH", "601318.SH", "600087.SH"],
+                "industry": ["银行", "银行", "保险", "银行"],
+                "list_status": ["L", "L", "L", "D"],
+            }
+        )
 
     def query(self, api_name: str, fields: str = "", **params) -> pd.DataFrame:
         self.calls.append((api_name, params))
@@ -396,9 +438,13 @@ class FakeTushare:
             elif param in table.columns and value != "":
                 keep &= (table[param] == value).to_numpy()
         out = table[keep].replace("", np.nan)
-        numeric = [c for c in out.columns if c not in ("ts_code", "con_code", "index_code", "exchange", "list_status",
-                                                        "is_new", "name") and not c.endswith(("_date", "_name"))
-                   and c not in ("l1_code", "l2_code", "l3_code", "industry")]
+        numeric = [
+            c
+            for c in out.columns
+            if c not in ("ts_code", "con_code", "index_code", "exchange", "list_status", "is_new", "name")
+            and not c.endswith(("_date", "_name"))
+            and c not in ("l1_code", "l2_code", "l3_code", "industry")
+        ]
         return out.astype({c: float for c in numeric}).reset_index(drop=True)
 
 
@@ -413,11 +459,19 @@ def test_download_round_trip_gives_the_same_panel(tmp_path: Path, panel: pd.Data
     written = _download(tmp_path / "dl", fake, codes=["301589.SZ"])  # a non-member, by name
     assert set(written) == set(FILE_KEYS) and all(p.suffix == ".parquet" for p in written.values())
     assert sorted(p.name for p in (tmp_path / "dl").iterdir()) == sorted(
-        [f"{k}.parquet" for k in FILE_KEYS] + ["tushare_manifest.json"])  # no temporary files left
+        [f"{k}.parquet" for k in FILE_KEYS] + ["tushare_manifest.json"]
+    )  # no temporary files left
     pd.testing.assert_frame_equal(import_tushare(tmp_path / "dl"), panel)
     daily_calls = [p for api, p in fake.calls if api == "daily"]
-    assert sorted(p["ts_code"] for p in daily_calls) == ["000001.SZ", "000002.SZ", "300750.SZ", "301589.SZ",
-                                                          "600000.SH", "601318.SH", "688981.SH"]  # not 600087.SH
+    assert sorted(p["ts_code"] for p in daily_calls) == [
+        "000001.SZ",
+        "000002.SZ",
+        "300750.SZ",
+        "301589.SZ",
+        "600000.SH",
+        "601318.SH",
+        "688981.SH",
+    ]  # not 600087.SH
     manifest = json.loads((tmp_path / "dl" / "tushare_manifest.json").read_text())
     assert manifest["index_code"] == "399300.SZ" and manifest["files"]["daily"]["rows"] == 245
     assert manifest["start"] == "20240102" and manifest["end"] == "20240229"
@@ -425,10 +479,16 @@ def test_download_round_trip_gives_the_same_panel(tmp_path: Path, panel: pd.Data
 
 def test_download_in_short_chunks_as_csv(tmp_path: Path) -> None:
     fake = FakeTushare()
-    _download(tmp_path / "dl", fake, codes=["301589.SZ"], file_format="csv",
-              policy=DownloadPolicy(min_interval_s=0.0, retries=0, chunk_days=7, index_weight_chunk_days=10))
-    windows = [(p["start_date"], p["end_date"]) for api, p in fake.calls
-               if api == "daily" and p["ts_code"] == "000001.SZ"]
+    _download(
+        tmp_path / "dl",
+        fake,
+        codes=["301589.SZ"],
+        file_format="csv",
+        policy=DownloadPolicy(min_interval_s=0.0, retries=0, chunk_days=7, index_weight_chunk_days=10),
+    )
+    windows = [
+        (p["start_date"], p["end_date"]) for api, p in fake.calls if api == "daily" and p["ts_code"] == "000001.SZ"
+    ]
     assert windows[:2] == [("20240102", "20240108"), ("20240109", "20240115")] and windows[-1][1] == "20240229"
     assert len(windows) == 9  # 59 calendar days in windows of 7
     got = import_tushare(tmp_path / "dl")
@@ -493,7 +553,8 @@ def test_failed_download_writes_nothing_and_scrubs_the_token(
     tmp_path: Path, fake_tushare_module: types.SimpleNamespace, caplog: pytest.LogCaptureFixture
 ) -> None:
     fake_tushare_module.fail = lambda api, params: (
-        PermissionError(f"token {TOKEN}: 没有接口访问权限") if api == "daily_basic" else None)
+        PermissionError(f"token {TOKEN}: 没有接口访问权限") if api == "daily_basic" else None
+    )
     with caplog.at_level(logging.DEBUG), pytest.raises(TushareRequestError) as info:
         _download(tmp_path / "dl")
     message = str(info.value)

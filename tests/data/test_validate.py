@@ -32,10 +32,18 @@ def _edit(line: int, old: str, new: str) -> str:
 
 # (case id, file text, extra read_panel kwargs, words the message must contain)
 CASES = [
-    ("duplicate (date, code) rows", GOOD + "2024-01-03,600000.SH,7.1,7.3,7.0,7.2,2100\n", {},
-     ["share a (date, code) key", "600000.SH"]),
-    ("unsorted dates", "\n".join([GOOD.splitlines()[0], *GOOD.splitlines()[3:], *GOOD.splitlines()[1:3]]) + "\n", {},
-     ["not sorted", "sort"]),
+    (
+        "duplicate (date, code) rows",
+        GOOD + "2024-01-03,600000.SH,7.1,7.3,7.0,7.2,2100\n",
+        {},
+        ["share a (date, code) key", "600000.SH"],
+    ),
+    (
+        "unsorted dates",
+        "\n".join([GOOD.splitlines()[0], *GOOD.splitlines()[3:], *GOOD.splitlines()[1:3]]) + "\n",
+        {},
+        ["not sorted", "sort"],
+    ),
     ("unparseable date", _edit(2, "2024-01-02", "2024-13-45"), {}, ["unparseable", "2024-13-45"]),
     ("NaN close on a trading row", _edit(3, ",10.3,", ",,"), {}, ["missing (NaN) 'close'", "2024-01-03, 000001.SZ"]),
     ("zero price", _edit(1, ",10.2,", ",0,"), {}, ["zero or negative", "'close'"]),
@@ -46,22 +54,48 @@ CASES = [
     ("empty file", "", {}, ["empty"]),
     ("header only", GOOD.splitlines()[0] + "\n", {}, ["empty"]),
     ("date on a weekend", GOOD + "2024-01-06,600000.SH,7.1,7.3,7.0,7.2,2100\n", {}, ["weekend"]),
-    ("date off the trading calendar", GOOD + "2024-02-12,600000.SH,7.1,7.3,7.0,7.2,2100\n", {"calendar": True},
-     ["not on the trading calendar", "2024-02-12"]),
-    ("membership row for an unknown code", GOOD,
-     {"membership": "date,code\n2024-01-02,000001.SZ\n2024-01-02,688999.SH\n"},
-     ["no rows in the panel", "688999.SH"]),
+    (
+        "date off the trading calendar",
+        GOOD + "2024-02-12,600000.SH,7.1,7.3,7.0,7.2,2100\n",
+        {"calendar": True},
+        ["not on the trading calendar", "2024-02-12"],
+    ),
+    (
+        "membership row for an unknown code",
+        GOOD,
+        {"membership": "date,code\n2024-01-02,000001.SZ\n2024-01-02,688999.SH\n"},
+        ["no rows in the panel", "688999.SH"],
+    ),
     ("negative volume", _edit(1, ",1000", ",-5"), {}, ["negative value", "'volume'"]),
-    ("empty universe", GOOD.replace(",volume\n", ",volume,in_universe\n").replace("000\n", "000,false\n")
-     .replace("100\n", "100,false\n"), {}, ["universe is empty"]),
+    (
+        "empty universe",
+        GOOD.replace(",volume\n", ",volume,in_universe\n")
+        .replace("000\n", "000,false\n")
+        .replace("100\n", "100,false\n"),
+        {},
+        ["universe is empty"],
+    ),
     ("missing code column", GOOD.replace("date,code,", "date,ticker,"), {}, ["missing key column", "code"]),
-    ("boolean column with junk", GOOD.replace(",volume\n", ",volume,is_suspended\n").replace("000\n", "000,maybe\n")
-     .replace("100\n", "100,no\n"), {}, ["must be boolean", "maybe"]),
+    (
+        "boolean column with junk",
+        GOOD.replace(",volume\n", ",volume,is_suspended\n")
+        .replace("000\n", "000,maybe\n")
+        .replace("100\n", "100,no\n"),
+        {},
+        ["must be boolean", "maybe"],
+    ),
     ("infinite close", _edit(3, ",10.3,", ",inf,"), {}, ["infinite value(s) in 'close'", "2024-01-03, 000001.SZ"]),
     ("minus infinite low", _edit(2, ",6.9,", ",-inf,"), {}, ["infinite value(s) in 'low'", "600000.SH"]),
     ("infinite volume", _edit(4, ",2100", ",inf"), {}, ["infinite value(s) in 'volume'", "2024-01-03, 600000.SH"]),
-    ("infinite amount", GOOD.replace(",volume\n", ",volume,amount\n").replace("000\n", "000,5e6\n")
-     .replace("1100\n", "1100,Infinity\n").replace("2100\n", "2100,5e6\n"), {}, ["infinite value(s) in 'amount'"]),
+    (
+        "infinite amount",
+        GOOD.replace(",volume\n", ",volume,amount\n")
+        .replace("000\n", "000,5e6\n")
+        .replace("1100\n", "1100,Infinity\n")
+        .replace("2100\n", "2100,5e6\n"),
+        {},
+        ["infinite value(s) in 'amount'"],
+    ),
     ("one stock", "\n".join(GOOD.splitlines()[0:4:2]) + "\n", {}, ["at least 2 stocks", "has 1", "600000.SH"]),
 ]
 
@@ -113,10 +147,14 @@ def test_validate_refuses_unindexed_frame() -> None:
 
 
 def test_suspended_rows_may_carry_nan_prices() -> None:
-    frame = pd.DataFrame({
-        "date": pd.to_datetime(["2024-01-02", "2024-01-02"]), "code": ["A", "B"],
-        "close": [1.0, np.nan], "is_suspended": [False, True],
-    })
+    frame = pd.DataFrame(
+        {
+            "date": pd.to_datetime(["2024-01-02", "2024-01-02"]),
+            "code": ["A", "B"],
+            "close": [1.0, np.nan],
+            "is_suspended": [False, True],
+        }
+    )
     panel = canonicalize(frame)
     assert panel["is_suspended"].tolist() == [False, True]
 
@@ -129,7 +167,10 @@ def test_cli_prints_the_message_and_exits_2_without_traceback(tmp_path: Path, ca
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     proc = subprocess.run(
         [sys.executable, "-m", "backtest", "data=csv", f"data.path={path}", f"hydra.run.dir={tmp_path / 'run'}"],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout

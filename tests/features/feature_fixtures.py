@@ -74,8 +74,16 @@ def make_panel(seed: int = 0, n_stocks: int = 12, n_days: int = N_DAYS) -> pd.Da
 
     rows, cols = np.nonzero(alive)
     data = {
-        "open": open_, "high": high, "low": low, "close": close, "volume": volume, "amount": amount,
-        "adj_factor": adj, "total_mv": total_mv, "float_mv": float_mv, **flows,
+        "open": open_,
+        "high": high,
+        "low": low,
+        "close": close,
+        "volume": volume,
+        "amount": amount,
+        "adj_factor": adj,
+        "total_mv": total_mv,
+        "float_mv": float_mv,
+        **flows,
     }
     frame = pd.DataFrame({k: v[rows, cols] for k, v in data.items()})
     frame["industry"] = industries[cols]
@@ -123,6 +131,13 @@ PLANTED: tuple[Indicator, ...] = (
     Indicator("leak_centered", leak_centered, ("close",), 4, "momentum", "planted: centered window"),
     Indicator("leak_bfill", leak_bfill, ("volume",), 0, "activity", "planted: back-fill"),
     Indicator("leak_full_sample_z", leak_full_sample_z, ("close",), 5, "momentum", "planted: full-sample z"),
-    Indicator("leak_future_members", leak_future_members, ("close",), 5, "momentum",
-              "planted: rank among future members", cross_sectional=False),
+    Indicator(
+        "leak_future_members",
+        leak_future_members,
+        ("close",),
+        5,
+        "momentum",
+        "planted: rank among future members",
+        cross_sectional=False,
+    ),
 )

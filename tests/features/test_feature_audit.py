@@ -169,12 +169,21 @@ def leak_reconstitution_eve(m: MarketData) -> np.ndarray:
 POSITIONAL = {
     "month_end": Indicator("leak_month_end", leak_month_end, ("close",), 1, "momentum", "planted: month end"),
     "week_start": Indicator("leak_week_start", leak_week_start, ("close",), 1, "momentum", "planted: week start"),
-    "suspension_end": Indicator("leak_suspension_end", leak_suspension_end, ("volume",), 0, "activity",
-                                "planted: suspension end"),
-    "reconstitution": Indicator("leak_reconstitution", leak_reconstitution, ("close",), 1, "momentum",
-                                "planted: reconstitution day"),
-    "reconstitution_eve": Indicator("leak_reconstitution_eve", leak_reconstitution_eve, ("close",), 5, "momentum",
-                                    "planted: tomorrow's members", cross_sectional=False),
+    "suspension_end": Indicator(
+        "leak_suspension_end", leak_suspension_end, ("volume",), 0, "activity", "planted: suspension end"
+    ),
+    "reconstitution": Indicator(
+        "leak_reconstitution", leak_reconstitution, ("close",), 1, "momentum", "planted: reconstitution day"
+    ),
+    "reconstitution_eve": Indicator(
+        "leak_reconstitution_eve",
+        leak_reconstitution_eve,
+        ("close",),
+        5,
+        "momentum",
+        "planted: tomorrow's members",
+        cross_sectional=False,
+    ),
 }
 
 
@@ -198,8 +207,9 @@ def test_a_positional_leak_shows_only_in_its_position(situation, panel, position
     assert len(inside) and len(ordinary) == 3
     for day in inside:
         report = audit_features(panel, _leaky_spec(leak), [day], registry=positional_registry)
-        assert report.offending and {f.removesuffix("_cs_rank").removesuffix("_cs_z") for f in report.offending} \
-            == {leak.name}, (situation, day)
+        assert report.offending and {f.removesuffix("_cs_rank").removesuffix("_cs_z") for f in report.offending} == {
+            leak.name
+        }, (situation, day)
     assert audit_features(panel, _leaky_spec(leak), list(ordinary), registry=positional_registry).passed
 
 
@@ -207,13 +217,13 @@ def test_a_positional_leak_shows_only_in_its_position(situation, panel, position
 def test_the_default_audit_catches_a_positional_leak(situation, panel, positional_registry):
     leak = POSITIONAL[situation]
     report = audit_features(panel, _leaky_spec(leak), registry=positional_registry)
-    assert not report.passed and {f.removesuffix("_cs_rank").removesuffix("_cs_z") for f in report.offending} \
-        == {leak.name}
+    assert not report.passed and {f.removesuffix("_cs_rank").removesuffix("_cs_z") for f in report.offending} == {
+        leak.name
+    }
     assert situation in report.covered and leak.name in report.summary()
 
 
-def test_the_default_audit_covers_every_position_for_the_cost_of_three_cutoffs(panel, positional_registry,
-                                                                               monkeypatch):
+def test_the_default_audit_covers_every_position_for_the_cost_of_three_cutoffs(panel, positional_registry, monkeypatch):
     builds = []
     real = audit_module.compute_features
     monkeypatch.setattr(audit_module, "compute_features", lambda *a, **k: builds.append(1) or real(*a, **k))

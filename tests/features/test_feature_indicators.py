@@ -28,8 +28,10 @@ def raw_features(panel: pd.DataFrame, names: list[str] | None = None) -> pd.Data
 
 
 def test_returns_and_ratios_on_a_hand_series():
-    frame = raw_features(close_panel({"A.SH": [1.0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]}),
-                         ["ret_1d", "ret_5d", "ma_ratio_5", "roc_12", "price_pos_20", "psy_12", "rsi_6"])
+    frame = raw_features(
+        close_panel({"A.SH": [1.0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]}),
+        ["ret_1d", "ret_5d", "ma_ratio_5", "roc_12", "price_pos_20", "psy_12", "rsi_6"],
+    )
     a = frame.xs("A.SH", level="code")
     assert np.isnan(a["ret_1d"].iloc[0]) and a["ret_1d"].iloc[1] == 1.0 and a["ret_1d"].iloc[3] == np.float32(4 / 3 - 1)
     assert a["ret_5d"].isna().sum() == 5 and a["ret_5d"].iloc[5] == 5.0  # 6 / 1 - 1
@@ -100,8 +102,9 @@ def test_volatility_range_and_channel_indicators_match_pandas(stock0):
     np.testing.assert_allclose(frame["boll_pctb"], (c - (mid - 2 * sd)) / (4 * sd), rtol=2e-5)
     np.testing.assert_allclose(frame["boll_width"], 4 * sd / mid, rtol=2e-6)
     prev = c.shift(1)
-    tr = (pd.concat([h, prev], axis=1).max(axis=1, skipna=False)
-          - pd.concat([lo, prev], axis=1).min(axis=1, skipna=False))
+    tr = pd.concat([h, prev], axis=1).max(axis=1, skipna=False) - pd.concat([lo, prev], axis=1).min(
+        axis=1, skipna=False
+    )
     np.testing.assert_allclose(frame["atr_pct"], tr.rolling(14).mean() / c, rtol=2e-6)
     tp = (h + lo + c) / 3
     mad = tp.rolling(14).apply(lambda w: np.abs(w - w.mean()).mean(), raw=True)
@@ -116,14 +119,17 @@ def test_activity_and_money_flow_match_their_definitions(stock0):
     frame, p = stock0
     np.testing.assert_allclose(frame["turnover"], p["amount"] / p["float_mv"], rtol=2e-6)
     # activity averages need half of their window: 3 of 5 days
-    np.testing.assert_allclose(frame["volume_ratio_5"], p["volume"] / p["volume"].rolling(5, min_periods=3).mean(),
-                               rtol=2e-6)
+    np.testing.assert_allclose(
+        frame["volume_ratio_5"], p["volume"] / p["volume"].rolling(5, min_periods=3).mean(), rtol=2e-6
+    )
     main = p["buy_lg_amount"] + p["buy_elg_amount"] - p["sell_lg_amount"] - p["sell_elg_amount"]
     np.testing.assert_allclose(frame["mf_main_net_rate"], main / p["amount"], rtol=2e-6)
-    np.testing.assert_allclose(frame["mf_small_net_rate"], (p["buy_sm_amount"] - p["sell_sm_amount"]) / p["amount"],
-                               rtol=2e-6)
-    np.testing.assert_allclose(frame["mf_elg_share"], (p["buy_elg_amount"] + p["sell_elg_amount"]) / (2 * p["amount"]),
-                               rtol=2e-6)
+    np.testing.assert_allclose(
+        frame["mf_small_net_rate"], (p["buy_sm_amount"] - p["sell_sm_amount"]) / p["amount"], rtol=2e-6
+    )
+    np.testing.assert_allclose(
+        frame["mf_elg_share"], (p["buy_elg_amount"] + p["sell_elg_amount"]) / (2 * p["amount"]), rtol=2e-6
+    )
     np.testing.assert_allclose(frame["log_mv"], np.log(p["total_mv"]), rtol=1e-6)
 
 

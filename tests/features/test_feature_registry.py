@@ -12,11 +12,38 @@ from backtest.features.registry import GROUPS
 
 REQUIRED = [
     *(f"ret_{n}d" for n in (1, 3, 5, 10, 20, 60)),
-    "ma_ratio_5", "ma_ratio_20", "rsi_6", "rsi_14", "kdj_k", "kdj_d", "kdj_j", "macd_dif", "macd_dea",
-    "macd_hist", "cci_14", "wr_14", "roc_12", "vol_5d", "vol_10d", "vol_20d", "atr_pct", "boll_pctb",
-    "boll_width", "hl_range", "volume_ratio_5", "amount_ratio_5", "turnover", "turnover_ratio_20",
-    "price_pos_20", "price_pos_60", "mf_main_net_rate", "mf_small_net_rate", "mf_elg_share",
-    "industry_id", "ind_rel_ret_5", "log_mv",
+    "ma_ratio_5",
+    "ma_ratio_20",
+    "rsi_6",
+    "rsi_14",
+    "kdj_k",
+    "kdj_d",
+    "kdj_j",
+    "macd_dif",
+    "macd_dea",
+    "macd_hist",
+    "cci_14",
+    "wr_14",
+    "roc_12",
+    "vol_5d",
+    "vol_10d",
+    "vol_20d",
+    "atr_pct",
+    "boll_pctb",
+    "boll_width",
+    "hl_range",
+    "volume_ratio_5",
+    "amount_ratio_5",
+    "turnover",
+    "turnover_ratio_20",
+    "price_pos_20",
+    "price_pos_60",
+    "mf_main_net_rate",
+    "mf_small_net_rate",
+    "mf_elg_share",
+    "industry_id",
+    "ind_rel_ret_5",
+    "log_mv",
 ]
 
 
@@ -110,6 +137,7 @@ def test_intermediates_dropped_from_the_memo_come_back_bit_identical(panel, monk
         def traced():
             made.append(key)
             return make()
+
         out = derive(self, key, traced)
         assert len(self._memo) <= inputs.MEMO_ENTRIES
         return out

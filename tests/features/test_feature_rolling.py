@@ -65,7 +65,9 @@ def test_window_statistics_match_pandas(x, window, frac):
         returns = x[1:] / x[:-1] - 1.0  # the one-pass formula is for series centered near 0
         np.testing.assert_allclose(
             R.rolling_std(returns, window, mp, two_pass=False),
-            pd.DataFrame(returns).rolling(window, min_periods=mp).std(), rtol=1e-6, atol=1e-9,
+            pd.DataFrame(returns).rolling(window, min_periods=mp).std(),
+            rtol=1e-6,
+            atol=1e-9,
         )
 
 
@@ -112,8 +114,9 @@ def test_skew_corr_and_trend_match_pandas(x, y, window):
     returns = x[1:] / x[:-1] - 1.0
     mp = max(3, window // 2)
     df = pd.DataFrame(returns)
-    np.testing.assert_allclose(R.rolling_skew(returns, window, mp), df.rolling(window, min_periods=mp).skew(),
-                               rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(
+        R.rolling_skew(returns, window, mp), df.rolling(window, min_periods=mp).skew(), rtol=1e-6, atol=1e-8
+    )
     if y.shape == x.shape:
         yr = y[1:] / y[:-1] - 1.0
         both = df.notna() & pd.DataFrame(yr).notna()

@@ -43,8 +43,14 @@ def test_every_config_instantiates_a_spec_named_after_its_file(specs):
 def test_column_counts_of_the_named_sets(specs, full_columns):
     counts = {name: len(names_of(spec, full_columns)) for name, spec in specs.items()}
     # all: 75 indicators x (raw, rank, z) + 10 aggregated x 2 windows x 3
-    assert counts == {"all": 285, "no_volatility": 255, "no_moneyflow": 243, "with_industry": 292,
-                      "price_only": 120, "top80_by_gain": 285}
+    assert counts == {
+        "all": 285,
+        "no_volatility": 255,
+        "no_moneyflow": 243,
+        "with_industry": 292,
+        "price_only": 120,
+        "top80_by_gain": 285,
+    }
     assert 250 <= counts["all"] <= 300
 
 
@@ -149,6 +155,10 @@ def test_fingerprint_depends_on_data_spec_and_rows(tiny_panel):
     a = build_features(tiny_panel, spec, data_fingerprint="d1").fingerprint
     assert a == build_features(tiny_panel, spec, data_fingerprint="d1").fingerprint
     assert a != build_features(tiny_panel, spec, data_fingerprint="d2").fingerprint
-    assert a != build_features(tiny_panel, FeatureSetSpec(indicators=("ret_1d",), cs_z=False),
-                               data_fingerprint="d1").fingerprint
+    assert (
+        a
+        != build_features(
+            tiny_panel, FeatureSetSpec(indicators=("ret_1d",), cs_z=False), data_fingerprint="d1"
+        ).fingerprint
+    )
     assert a != build_features(tiny_panel, spec, data_fingerprint="d1", rows="all").fingerprint

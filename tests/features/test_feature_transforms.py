@@ -9,8 +9,9 @@ import pytest
 from backtest.features import FeatureSetSpec, build_features
 from backtest.features.cross_section import DailyCrossSection, peer_mean
 
-SPEC = FeatureSetSpec(name="t", indicators=("ret_5d", "mf_main_net_rate", "log_mv", "ind_rel_ret_5"), exclude=(),
-                      industry_neutral=True)
+SPEC = FeatureSetSpec(
+    name="t", indicators=("ret_5d", "mf_main_net_rate", "log_mv", "ind_rel_ret_5"), exclude=(), industry_neutral=True
+)
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +38,9 @@ def test_zscore_and_industry_neutral_on_small_numbers():
     eligible = np.array([True, True, True, True, False])
     cs = DailyCrossSection.of(day, eligible, 1)
     sd = np.std([1.0, 2, 3, 4])
-    np.testing.assert_allclose(cs.zscore(values),
-                               [(1 - 2.5) / sd, (2 - 2.5) / sd, (3 - 2.5) / sd, (4 - 2.5) / sd, np.nan])
+    np.testing.assert_allclose(
+        cs.zscore(values), [(1 - 2.5) / sd, (2 - 2.5) / sd, (3 - 2.5) / sd, (4 - 2.5) / sd, np.nan]
+    )
     industry = np.array([7, 7, 9, 9, 9])
     # residuals from industry means (1.5, 1.5, 3.5, 3.5): -0.5, 0.5, -0.5, 0.5 -> z = -1, 1, -1, 1
     np.testing.assert_allclose(cs.industry_neutral(values, industry), [-1, 1, -1, 1, np.nan])

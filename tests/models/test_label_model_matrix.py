@@ -31,19 +31,27 @@ MODEL_CONFIGS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
 MODELS = sorted(model_families())
 
 #: One fold: the test period (2022-11-01..2022-12-20, ~35 trading days) is shorter than retrain_every.
-ONE_FOLD = RollingSchedule(retrain_every=40, train_window=100, valid_days=10, embargo=2,
-                           test_start="2022-11-01", test_end="2022-12-20")
-FEATURES = FeatureSetSpec(name="small", indicators=("ret_5d", "ret_20d", "vol_20d", "mf_main_net_rate", "rsi_14"),
-                          windows=(5,))
+ONE_FOLD = RollingSchedule(
+    retrain_every=40, train_window=100, valid_days=10, embargo=2, test_start="2022-11-01", test_end="2022-12-20"
+)
+FEATURES = FeatureSetSpec(
+    name="small", indicators=("ret_5d", "ret_20d", "vol_20d", "mf_main_net_rate", "rsi_14"), windows=(5,)
+)
 #: Small models: 30 trees; a 1-layer d_model-16 transformer over 10-day windows, 2 epochs.
 SMALL = {
-    "lambdarank": ["model.config.num_boost_round=30", "model.config.min_data_in_leaf=40",
-                   "model.config.num_threads=1"],
-    "stock_transformer": ["model.architecture.d_model=16", "model.architecture.n_layers=1",
-                          "model.architecture.n_heads=2", "model.architecture.cross_heads=2",
-                          "model.architecture.window=10", "model.architecture.scales=[5,10]",
-                          "model.training.max_epochs=2", "model.training.device=cpu",
-                          "model.training.num_threads=1", "model.training.days_per_step=32"],
+    "lambdarank": ["model.config.num_boost_round=30", "model.config.min_data_in_leaf=40", "model.config.num_threads=1"],
+    "stock_transformer": [
+        "model.architecture.d_model=16",
+        "model.architecture.n_layers=1",
+        "model.architecture.n_heads=2",
+        "model.architecture.cross_heads=2",
+        "model.architecture.window=10",
+        "model.architecture.scales=[5,10]",
+        "model.training.max_epochs=2",
+        "model.training.device=cpu",
+        "model.training.num_threads=1",
+        "model.training.days_per_step=32",
+    ],
 }
 
 
@@ -57,24 +65,40 @@ def _run_cell(panel, cfg) -> dict[str, object]:
         # a library user who bypasses the CLI gets the same refusal from fit
         with pytest.raises(ConfigError, match="fix: ") as from_fit:
             _backtest(panel, spec, factory)
-        return {"status": "refused", "processing": spec.processing, "message": str(refusal),
-                "fit_message": str(from_fit.value), "seconds": time.perf_counter() - t0}
+        return {
+            "status": "refused",
+            "processing": spec.processing,
+            "message": str(refusal),
+            "fit_message": str(from_fit.value),
+            "seconds": time.perf_counter() - t0,
+        }
     result = _backtest(panel, spec, factory)
     ranker = factory()
     fwd = result.labels.fwd_return.reindex(result.scores.index)
     return {
-        "status": "ran", "processing": spec.processing, "scores": result.scores.to_numpy(),
+        "status": "ran",
+        "processing": spec.processing,
+        "scores": result.scores.to_numpy(),
         "rank_ic": float(daily_ic(result.scores, fwd, "spearman").mean()),
-        "headline_rank_ic": result.metrics["rank_ic_mean"], "n_folds": result.metrics["n_folds"],
-        "ndcg": result.fold_metrics.filter(like="ndcg").iloc[0].to_dict(), "ndcg_depth": ranker.ndcg_depth,
-        "ndcg_gain": ranker.ndcg_gain, "seconds": time.perf_counter() - t0,
+        "headline_rank_ic": result.metrics["rank_ic_mean"],
+        "n_folds": result.metrics["n_folds"],
+        "ndcg": result.fold_metrics.filter(like="ndcg").iloc[0].to_dict(),
+        "ndcg_depth": ranker.ndcg_depth,
+        "ndcg_gain": ranker.ndcg_gain,
+        "seconds": time.perf_counter() - t0,
     }
 
 
 def _backtest(panel, spec, factory):
     plan = plan_backtest(panel, label=spec, schedule=ONE_FOLD, portfolio=PortfolioSpec())
-    return run_backtest(plan, features=FEATURES, ranker_factory=factory, data_fingerprint=panel_fingerprint(panel),
-                        options=EngineOptions(audit_cutoffs=0), seed=3)
+    return run_backtest(
+        plan,
+        features=FEATURES,
+        ranker_factory=factory,
+        data_fingerprint=panel_fingerprint(panel),
+        options=EngineOptions(audit_cutoffs=0),
+        seed=3,
+    )
 
 
 def _cell_text(cell: dict[str, object]) -> str:
@@ -86,14 +110,17 @@ def _cell_text(cell: dict[str, object]) -> str:
 def test_every_label_option_with_every_model(tiny_panel, compose_config) -> None:
     cells = {
         (label, model): _run_cell(tiny_panel, compose_config([f"label={label}", f"model={model}", *SMALL[model]]))
-        for label in LABELS for model in MODELS
+        for label in LABELS
+        for model in MODELS
     }
     rows = {label: f"{label} ({cells[(label, MODELS[0])]['processing']})" for label in LABELS}
     first = max(len(r) for r in [*rows.values(), "label \\ model"]) + 2
     width = {m: max(len(m), *(len(_cell_text(cells[(label, m)])) for label in LABELS)) + 2 for m in MODELS}
     lines = ["label \\ model".ljust(first) + "".join(m.ljust(width[m]) for m in MODELS)]
-    lines += [rows[label].ljust(first) + "".join(_cell_text(cells[(label, m)]).ljust(width[m]) for m in MODELS)
-              for label in LABELS]
+    lines += [
+        rows[label].ljust(first) + "".join(_cell_text(cells[(label, m)]).ljust(width[m]) for m in MODELS)
+        for label in LABELS
+    ]
     print("\n" + "\n".join(line.rstrip() for line in lines))
 
     for (label, model), cell in cells.items():
@@ -143,15 +170,17 @@ def test_a_new_config_file_is_in_the_fix_line_without_a_code_change(tmp_path, mo
         shutil.copytree(CONF / group, tmp_path / "conf" / group)
     (tmp_path / "conf" / "label" / "deciles.yaml").write_text("defaults:\n  - default\n  - _self_\n\nn_bins: 10\n")
     (tmp_path / "conf" / "model" / "lambdarank_fast.yaml").write_text(
-        "defaults:\n  - lambdarank\n  - _self_\n\nconfig:\n  num_boost_round: 50\n")
+        "defaults:\n  - lambdarank\n  - _self_\n\nconfig:\n  num_boost_round: 50\n"
+    )
     monkeypatch.setattr(backtest, "PROJECT_DIR", tmp_path)
     assert label_configs()["deciles"] == "bins"
     assert model_configs()["lambdarank_fast"] == "models.lambdarank:LambdaRankRanker"
     assert "lambdarank_fast" not in model_families()  # a variant: the fix line names its family
     with pytest.raises(ConfigError) as refusal:
         check_label_processing(LambdaRankRanker, "raw")
-    assert str(refusal.value).endswith("fix: label=deciles (bins) or label=default (bins) or label=three_class, "
-                                       "or model=stock_transformer")
+    assert str(refusal.value).endswith(
+        "fix: label=deciles (bins) or label=default (bins) or label=three_class, or model=stock_transformer"
+    )
     monkeypatch.setattr(backtest, "PROJECT_DIR", tmp_path / "elsewhere")  # no conf/: the fix names the setting
     with pytest.raises(ConfigError, match="fix: label.processing=bins or label.processing=three_class$"):
         check_label_processing(LambdaRankRanker, "raw")

@@ -80,8 +80,9 @@ def test_recovers_a_weak_planted_signal_out_of_sample(make_ranking_data: Factory
     n = 300
     data, label = make_ranking_data(n_days=600, n_stocks=n, n_features=8, signal=0.05, seed=0)
     train, test = data.take(np.arange(0, 500 * n)), data.take(np.arange(505 * n, 600 * n))
-    cfg = LambdaRankConfig(num_threads=1, num_leaves=7, min_data_in_leaf=1000, num_boost_round=100,
-                           early_stopping_rounds=None)
+    cfg = LambdaRankConfig(
+        num_threads=1, num_leaves=7, min_data_in_leaf=1000, num_boost_round=100, early_stopping_rounds=None
+    )
     model = LambdaRankRanker(cfg).fit(train)
     ic = oos_rank_ic(test, model.predict(test), label[505 * n :])
     assert ic.mean() > 0.02
@@ -90,8 +91,16 @@ def test_recovers_a_weak_planted_signal_out_of_sample(make_ranking_data: Factory
 
 def test_overfits_a_tiny_training_set(make_ranking_data: Factory) -> None:
     data, _ = make_ranking_data(n_days=5, n_stocks=30, n_features=6, signal=0.0, seed=2)
-    cfg = LambdaRankConfig(num_threads=1, min_data_in_leaf=1, num_leaves=31, num_boost_round=200,
-                           learning_rate=0.3, early_stopping_rounds=None, feature_fraction=1.0, lambda_l2=0.0)
+    cfg = LambdaRankConfig(
+        num_threads=1,
+        min_data_in_leaf=1,
+        num_leaves=31,
+        num_boost_round=200,
+        learning_rate=0.3,
+        early_stopping_rounds=None,
+        feature_fraction=1.0,
+        lambda_l2=0.0,
+    )
     model = LambdaRankRanker(cfg).fit(data)
     ndcg = daily_ndcg(series(data, model.predict(data)), series(data, data.relevance), k=5, gain="linear")
     assert ndcg.min() > 0.95  # pure noise labels, memorised
@@ -103,8 +112,9 @@ def test_early_stopping_follows_the_ndcg_the_headline_repeats(
 ) -> None:
     data, _ = make_ranking_data(n_days=60, n_stocks=30, signal=0.5, seed=3)
     train, valid = data.take(np.arange(0, 40 * 30)), data.take(np.arange(45 * 30, 60 * 30))
-    cfg = LambdaRankConfig(**{**SMALL, "num_boost_round": 60, "early_stopping_rounds": 5, "ndcg_depth": depth,
-                              "label_gain": gain})
+    cfg = LambdaRankConfig(
+        **{**SMALL, "num_boost_round": 60, "early_stopping_rounds": 5, "ndcg_depth": depth, "label_gain": gain}
+    )
     model = LambdaRankRanker(cfg).fit(train, valid)
     fit = model.last_fit
     assert set(fit["best_score"]) == {f"ndcg@{depth}"}
@@ -113,8 +123,9 @@ def test_early_stopping_follows_the_ndcg_the_headline_repeats(
     # gain the ranker exposes (the headline's), so LightGBM's and ours are the same definition
     booster = model.booster
     assert booster is not None and booster.current_iteration() == fit["best_iteration"]
-    ours = daily_ndcg(series(valid, model.predict(valid)), series(valid, valid.relevance), k=model.ndcg_depth,
-                      gain=model.ndcg_gain)
+    ours = daily_ndcg(
+        series(valid, model.predict(valid)), series(valid, valid.relevance), k=model.ndcg_depth, gain=model.ndcg_gain
+    )
     assert fit["best_score"][f"ndcg@{depth}"] == pytest.approx(ours.fillna(1.0).mean(), abs=1e-9)
 
 
@@ -123,8 +134,9 @@ def test_early_stopping_on_the_rank_ic_over_the_whole_list(make_ranking_data: Fa
     value LightGBM reports is backtest.metrics' rank IC of the kept model, and the NDCG is not computed."""
     data, _ = make_ranking_data(n_days=60, n_stocks=30, signal=0.5, seed=3)
     train, valid = data.take(np.arange(0, 40 * 30)), data.take(np.arange(45 * 30, 60 * 30))
-    cfg = LambdaRankConfig(**{**SMALL, "num_boost_round": 60, "early_stopping_rounds": 5,
-                              "early_stopping_metric": "rank_ic"})
+    cfg = LambdaRankConfig(
+        **{**SMALL, "num_boost_round": 60, "early_stopping_rounds": 5, "early_stopping_metric": "rank_ic"}
+    )
     model = LambdaRankRanker(cfg).fit(train, valid)
     fit = model.last_fit
     assert set(fit["best_score"]) == {"rank_ic"}
@@ -285,9 +297,7 @@ def test_bins_ignore_feature_values_after_history_end(make_ranking_data: Factory
     assert leaky[0] != leaky[1]
 
 
-def test_history_end_none_is_logged_as_a_warning(
-    make_ranking_data: Factory, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_history_end_none_is_logged_as_a_warning(make_ranking_data: Factory, caplog: pytest.LogCaptureFixture) -> None:
     data, _ = make_ranking_data(n_days=5, n_stocks=10)
     with caplog.at_level(logging.WARNING, logger="models.lambdarank"):
         BinnedPanel(data, LambdaRankConfig(**SMALL).lgb_params())
@@ -353,12 +363,31 @@ def test_a_warm_fit_is_lightgbms_init_model_continuation_bit_for_bit(make_rankin
     assert model.last_fit["kind"] == "warm"
 
     params = cfg.lgb_params()
-    ref_train = lgb.Dataset(train.X, label=train.relevance.astype(np.float32), group=train.group_sizes(),
-                            reference=model.panel.dataset, params=params, free_raw_data=False)
-    ref_valid = lgb.Dataset(valid.X, label=valid.relevance.astype(np.float32), group=valid.group_sizes(),
-                            reference=ref_train, params=params, free_raw_data=False)
-    reference = lgb.train(params, ref_train, num_boost_round=8, valid_sets=[ref_valid], valid_names=["valid"],
-                          init_model=first, callbacks=[EarlyStopping("ndcg@5", 3, min_rounds=1)])
+    ref_train = lgb.Dataset(
+        train.X,
+        label=train.relevance.astype(np.float32),
+        group=train.group_sizes(),
+        reference=model.panel.dataset,
+        params=params,
+        free_raw_data=False,
+    )
+    ref_valid = lgb.Dataset(
+        valid.X,
+        label=valid.relevance.astype(np.float32),
+        group=valid.group_sizes(),
+        reference=ref_train,
+        params=params,
+        free_raw_data=False,
+    )
+    reference = lgb.train(
+        params,
+        ref_train,
+        num_boost_round=8,
+        valid_sets=[ref_valid],
+        valid_names=["valid"],
+        init_model=first,
+        callbacks=[EarlyStopping("ndcg@5", 3, min_rounds=1)],
+    )
     assert model.booster.current_iteration() == reference.current_iteration() > first.current_iteration()
     assert model.booster.best_iteration == reference.best_iteration
     assert trees(model.booster) == trees(reference)
@@ -413,9 +442,12 @@ def test_user_mistakes_get_clear_errors(make_ranking_data: Factory) -> None:
     with pytest.raises(DataContractError, match="relevance reaches 9 but n_bins is 5"):
         LambdaRankRanker(LambdaRankConfig(n_bins=5)).fit(data)
     raw = data.with_relevance(np.linspace(-0.05, 0.05, data.n_samples))
-    with pytest.raises(ConfigError, match=r"expected integer relevance levels.*received a float64 target(.|\n)*"
-                                          r"fix: label=default \(bins\) or label=three_class, "
-                                          r"or model=stock_transformer"):
+    with pytest.raises(
+        ConfigError,
+        match=r"expected integer relevance levels.*received a float64 target(.|\n)*"
+        r"fix: label=default \(bins\) or label=three_class, "
+        r"or model=stock_transformer",
+    ):
         LambdaRankRanker().fit(raw)
     with pytest.raises(ConfigError, match="integer relevance levels"):
         LambdaRankRanker().fit(data, raw)

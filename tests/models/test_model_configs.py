@@ -10,9 +10,7 @@ from models.lambdarank import WHOLE_LIST, LambdaRankRanker
 from models.transformer_ranker import StockTransformerRanker
 
 
-@pytest.mark.parametrize(
-    "name, cls", [("lambdarank", LambdaRankRanker), ("stock_transformer", StockTransformerRanker)]
-)
+@pytest.mark.parametrize("name, cls", [("lambdarank", LambdaRankRanker), ("stock_transformer", StockTransformerRanker)])
 def test_model_group_instantiates(name: str, cls: type, compose_config) -> None:
     cfg = compose_config([f"model={name}", "seed=7"])
     ranker = instantiate(cfg.model, _convert_="all")

@@ -86,8 +86,9 @@ def test_a_scattered_take_copies_x_only_when_x_is_read() -> None:
     n_days, n_stocks = 400, 50
     dates = np.repeat(np.arange(n_days).astype("datetime64[D]").astype("datetime64[ns]"), n_stocks)
     codes = np.tile(np.array([f"c{i:02d}" for i in range(n_stocks)]), n_days)
-    data = RankingData(rng.normal(size=(n_days * n_stocks, 300)).astype(np.float32), dates, codes,
-                       tuple(f"f{i}" for i in range(300)))  # 24 MB of features
+    data = RankingData(
+        rng.normal(size=(n_days * n_stocks, 300)).astype(np.float32), dates, codes, tuple(f"f{i}" for i in range(300))
+    )  # 24 MB of features
     keep = np.flatnonzero(rng.random(data.n_samples) < 0.97)
     tracemalloc.start()
     samples = data.take(keep).with_relevance(np.zeros(len(keep), dtype=np.int64))
@@ -143,8 +144,9 @@ def test_window_view_exact_values_masks_and_prehistory() -> None:
     np.testing.assert_array_equal(x2[1, 0, :, 0], [21.0, 31.0])
     np.testing.assert_array_equal(x2[1, 1, :, 0], [20.0, 30.0])
     # the torch path gathers the same values from a NaN-free tensor
-    xt, maskt = window_view(torch.from_numpy(np.nan_to_num(wide)), torch.tensor([1, 3]), 2,
-                            code_positions=torch.tensor([[2, -1], [1, 0]]))
+    xt, maskt = window_view(
+        torch.from_numpy(np.nan_to_num(wide)), torch.tensor([1, 3]), 2, code_positions=torch.tensor([[2, -1], [1, 0]])
+    )
     np.testing.assert_array_equal(xt.numpy(), x2)
     np.testing.assert_array_equal(maskt.numpy(), mask2)
 

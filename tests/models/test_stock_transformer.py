@@ -31,8 +31,16 @@ from models.windows import feature_tensor
 Factory = Callable[..., tuple[RankingData, np.ndarray]]
 
 TINY = StockTransformerConfig(
-    n_features=3, window=6, d_model=16, n_heads=2, n_layers=1, scales=(2, 6), cross_heads=2,
-    n_experts=3, experts_per_stock=2, dropout=0.0,
+    n_features=3,
+    window=6,
+    d_model=16,
+    n_heads=2,
+    n_layers=1,
+    scales=(2, 6),
+    cross_heads=2,
+    n_experts=3,
+    experts_per_stock=2,
+    dropout=0.0,
 )
 FAST = TransformerTrainingConfig(max_epochs=3, days_per_step=4, num_threads=1, learning_rate=3e-3, device="cpu")
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -127,8 +135,10 @@ def test_explicit_attention_equals_the_fused_kernel_call() -> None:
     k2, v2 = k.clone(), v.clone()
     k2[~keys[:, None, :, None].expand_as(k)] = 50.0
     v2[~keys[:, None, :, None].expand_as(v)] = -50.0
-    torch.testing.assert_close(attention(q, k2, v2, keys[:, None, None, :], 0.0, explicit=True),
-                               attention(q, k, v, keys[:, None, None, :], 0.0, explicit=True))
+    torch.testing.assert_close(
+        attention(q, k2, v2, keys[:, None, None, :], 0.0, explicit=True),
+        attention(q, k, v, keys[:, None, None, :], 0.0, explicit=True),
+    )
     assert attention(q, k, v, None, 0.0).shape == q.shape  # CPU: the SDPA call
 
 
@@ -145,13 +155,15 @@ def test_attention_layers_match_torch_multihead_attention_and_encoder_layer() ->
     keys[1, 5:] = False
     for net in (ours, theirs):
         net.train()
-    torch.testing.assert_close(ours(x, keys), theirs(x, x, x, key_padding_mask=~keys, need_weights=False)[0],
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        ours(x, keys), theirs(x, x, x, key_padding_mask=~keys, need_weights=False)[0], rtol=1e-5, atol=1e-6
+    )
     torch.manual_seed(0)
     layer = EncoderLayer(d, heads, 4 * d, dropout=0.0)
     torch.manual_seed(0)
-    reference = torch.nn.TransformerEncoderLayer(d, heads, dim_feedforward=4 * d, dropout=0.0, activation="gelu",
-                                                 batch_first=True, norm_first=True)
+    reference = torch.nn.TransformerEncoderLayer(
+        d, heads, dim_feedforward=4 * d, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+    )
     assert layer.state_dict().keys() == reference.state_dict().keys()
     assert all(torch.equal(a, b) for a, b in zip(layer.state_dict().values(), reference.state_dict().values()))
     torch.testing.assert_close(layer.train()(x), reference.train()(x), rtol=1e-5, atol=1e-6)

@@ -178,7 +178,8 @@ def test_unused_features_have_no_rank_and_make_no_jumps_or_stability(tmp_path: P
     assert drift.ranks.loc[0, "dropped"] == 3 and np.isnan(drift.ranks.loc[1, "dropped"])
     assert drift.ranks[[f"zero{i:02d}" for i in range(27)]].isna().all().all()
     assert drift.jumps[["feature", "fold_from", "fold_to", "rank_from", "rank_to"]].values.tolist() == [
-        ["top", 0, 1, 2.0, 12.0]]
+        ["top", 0, 1, 2.0, 12.0]
+    ]
     # Ranked with the unused features tied for last place (26.5 of 40), "dropped" would move 23.5 places.
     assert importance_drift(importance, jump_ranks=11).jumps.empty
     # The rank heatmap draws no rank for an unused feature.
@@ -223,8 +224,12 @@ def _market_features() -> tuple[np.ndarray, pd.DatetimeIndex, list[str]]:
 
 
 WINDOWS = pd.DataFrame(
-    {"train_start": CAL[[0, 20, 40]], "train_end": CAL[[59, 79, 99]], "test_start": CAL[[60, 80, 100]],
-     "test_end": CAL[[79, 99, 119]]},
+    {
+        "train_start": CAL[[0, 20, 40]],
+        "train_end": CAL[[59, 79, 99]],
+        "test_start": CAL[[60, 80, 100]],
+        "test_end": CAL[[79, 99, 119]],
+    },
     index=pd.Index([0, 1, 2], name="fold"),
 )
 
@@ -235,8 +240,8 @@ def test_psi_by_fold_equals_population_stability_index_on_the_fold_slices(max_ro
     psi = psi_by_fold(values, dates, WINDOWS, names, max_rows=max_rows)
     assert psi.shape == (3, 3) and psi.index.name == "fold"
     # Fold 1 by hand: rows of days 20..79 (reference) and 80..99 (current), thinned the same way.
-    ref = values[20 * N_CODES: 80 * N_CODES]
-    cur = values[80 * N_CODES: 100 * N_CODES]
+    ref = values[20 * N_CODES : 80 * N_CODES]
+    cur = values[80 * N_CODES : 100 * N_CODES]
     if max_rows is not None:
         assert len(ref) == 3000 > max_rows
         ref = ref[evenly_spaced(len(ref), max_rows)]
@@ -270,8 +275,10 @@ def test_psi_flags_fire_for_the_planted_shift_and_not_for_stable_features() -> N
 
 def test_a_fold_with_too_few_test_values_gets_no_psi_and_no_flag() -> None:
     values, dates, names = _market_features()
-    short = pd.DataFrame({"train_start": [CAL[40]], "train_end": [CAL[99]], "test_start": [CAL[100]],
-                          "test_end": [CAL[102]]}, index=pd.Index([3], name="fold"))  # 3 days x 50 codes
+    short = pd.DataFrame(
+        {"train_start": [CAL[40]], "train_end": [CAL[99]], "test_start": [CAL[100]], "test_end": [CAL[102]]},
+        index=pd.Index([3], name="fold"),
+    )  # 3 days x 50 codes
     assert psi_by_fold(values, dates, short, names).isna().all().all()  # 150 values < PSI_MIN_VALUES
     psi = psi_by_fold(values, dates, short, names, min_values=100)
     assert psi.loc[3, "shifted"] > PSI_SIGNIFICANT and psi.loc[3, "stable"] < PSI_SIGNIFICANT
@@ -308,9 +315,16 @@ def test_write_drift_report_files(tmp_path: Path) -> None:
     value_drift = feature_value_drift(ref, ref + np.array([0.0, 3.0]), ["momentum", "mf_main"])
     written = write_drift_report(tmp_path / "drift", importance=IMPORTANCE, value_drift=value_drift, top_n=2)
     assert [p.name for p in written] == [
-        "importance_shares.csv", "importance_ranks.csv", "importance_top_by_period.csv",
-        "importance_rank_stability.csv", "importance_rank_changes.csv", "importance_jumps.csv",
-        "importance_rank_heatmap.png", "feature_value_drift.csv", "drift_report.md", "drift_report.html",
+        "importance_shares.csv",
+        "importance_ranks.csv",
+        "importance_top_by_period.csv",
+        "importance_rank_stability.csv",
+        "importance_rank_changes.csv",
+        "importance_jumps.csv",
+        "importance_rank_heatmap.png",
+        "feature_value_drift.csv",
+        "drift_report.md",
+        "drift_report.html",
     ]
     stability = pd.read_csv(tmp_path / "drift/importance_rank_stability.csv")
     assert stability["spearman"].tolist() == pytest.approx([1.0, -1.0])
@@ -323,8 +337,9 @@ def test_write_drift_report_files(tmp_path: Path) -> None:
 def test_drift_report_names_the_run_windows_flags_and_embeds_the_heatmaps(tmp_path: Path) -> None:
     values, dates, names = _market_features()
     psi = psi_by_fold(values, dates, WINDOWS, names)
-    importance = pd.DataFrame({"stable": [5.0, 4.0, 1.0], "shifted": [1.0, 2.0, 3.0], "gappy": [0.0, 1.0, 2.0]},
-                              index=WINDOWS["test_start"])
+    importance = pd.DataFrame(
+        {"stable": [5.0, 4.0, 1.0], "shifted": [1.0, 2.0, 3.0], "gappy": [0.0, 1.0, 2.0]}, index=WINDOWS["test_start"]
+    )
     run = DriftRun(run_name="lambdarank-all", run_id="abc123", windows=WINDOWS)
     written = write_drift_report(tmp_path, importance=importance, fold_psi=psi, run=run)
     names_written = [p.name for p in written]

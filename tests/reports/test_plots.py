@@ -87,9 +87,16 @@ def test_all_reports_into_one_folder(tmp_path: Path) -> None:
     written = write_backtest_reports(tmp_path / "reports", STRATEGY, BENCHMARK, importance=importance, tearsheet=False)
     names = sorted(p.relative_to(tmp_path / "reports").as_posix() for p in written)
     assert names == [
-        "drawdown.png", "drift/drift_report.html", "drift/drift_report.md", "drift/importance_jumps.csv",
-        "drift/importance_rank_changes.csv", "drift/importance_rank_heatmap.png", "drift/importance_rank_stability.csv",
-        "drift/importance_ranks.csv", "drift/importance_shares.csv", "drift/importance_top_by_period.csv",
+        "drawdown.png",
+        "drift/drift_report.html",
+        "drift/drift_report.md",
+        "drift/importance_jumps.csv",
+        "drift/importance_rank_changes.csv",
+        "drift/importance_rank_heatmap.png",
+        "drift/importance_rank_stability.csv",
+        "drift/importance_ranks.csv",
+        "drift/importance_shares.csv",
+        "drift/importance_top_by_period.csv",
         "equity.png",
     ]
     assert all(p.is_file() for p in written)

@@ -24,8 +24,9 @@ from backtest.splits import RollingSchedule
 from backtest.tracking import ARTIFACTS, Provenance, Tracker
 from models.lambdarank import LambdaRankConfig, LambdaRankRanker
 
-FEATURES = FeatureSetSpec(name="small", indicators=("ret_5d", "ret_20d", "vol_20d", "mf_main_net_rate", "rsi_14"),
-                          windows=(5,))
+FEATURES = FeatureSetSpec(
+    name="small", indicators=("ret_5d", "ret_20d", "vol_20d", "mf_main_net_rate", "rsi_14"), windows=(5,)
+)
 SCHEDULE = RollingSchedule(retrain_every=40, train_window=100, valid_days=10, embargo=2, test_start="2022-07-01")
 
 
@@ -38,17 +39,26 @@ def recorded(tiny_panel, tmp_path_factory):
     """A small backtest recorded in a fresh SQLite store: (store URI, run id, result)."""
     result = run_backtest(
         plan_backtest(tiny_panel, label=LabelSpec(), schedule=SCHEDULE, portfolio=PortfolioSpec()),
-        features=FEATURES, ranker_factory=small_ranker, data_fingerprint=panel_fingerprint(tiny_panel),
-        options=EngineOptions(audit_cutoffs=1), seed=3,
+        features=FEATURES,
+        ranker_factory=small_ranker,
+        data_fingerprint=panel_fingerprint(tiny_panel),
+        options=EngineOptions(audit_cutoffs=1),
+        seed=3,
     )
     root = tmp_path_factory.mktemp("store")
     uri = f"sqlite:///{root / 'mlruns.db'}"
     tracker = Tracker(uri, "reports-cli", project_dir=root)
-    provenance = Provenance("data", result.features.fingerprint, leak_guard=result.leak_guard,
-                            feature_audit=result.feature_audit)
+    provenance = Provenance(
+        "data", result.features.fingerprint, leak_guard=result.leak_guard, feature_audit=result.feature_audit
+    )
     with tracker.start_run("lambdarank-small") as run:
-        record_backtest(run, result, provenance=provenance, title="lambdarank-small",
-                        reports=ReportChoice(tearsheet=False, plots=False))
+        record_backtest(
+            run,
+            result,
+            provenance=provenance,
+            title="lambdarank-small",
+            reports=ReportChoice(tearsheet=False, plots=False),
+        )
     return uri, run.run_id, result, tracker
 
 
@@ -105,8 +115,14 @@ def test_a_run_recorded_without_per_fold_psi_is_refused_with_a_fix(recorded, tmp
 def test_unknown_run_exits_2_with_one_line(recorded, tmp_path: Path) -> None:
     uri = recorded[0]
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    proc = subprocess.run([sys.executable, "-m", "backtest.reports", "drift", "--run-id", "0" * 32,
-                           "--tracking-uri", uri], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "backtest.reports", "drift", "--run-id", "0" * 32, "--tracking-uri", uri],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith(f"error: run '{'0' * 32}' not found in {uri}. Fix: ")
@@ -117,15 +133,18 @@ def test_a_store_that_does_not_exist_is_not_created(tmp_path: Path, capsys) -> N
     uri = f"sqlite:///{tmp_path / 'typo.db'}"
     assert main(["drift", "--run-id", "abc", "--tracking-uri", uri]) == 2
     err = capsys.readouterr().err
-    assert err == f"error: no MLflow store at {tmp_path / 'typo.db'}. Fix: pass the tracking URI of the store " \
-                  "the run was recorded in (--tracking-uri; the run summary's 'open the UI' line names it).\n"
+    assert (
+        err == f"error: no MLflow store at {tmp_path / 'typo.db'}. Fix: pass the tracking URI of the store "
+        "the run was recorded in (--tracking-uri; the run summary's 'open the UI' line names it).\n"
+    )
     assert not (tmp_path / "typo.db").exists()
 
 
 def test_leakage_records_give_the_folds_decision_dates(recorded, tmp_path: Path) -> None:
     _, run_id, result, tracker = recorded
-    records = json.loads(Path(tracker.client.download_artifacts(run_id, ARTIFACTS.leakage_records,
-                                                                str(tmp_path))).read_text())
+    records = json.loads(
+        Path(tracker.client.download_artifacts(run_id, ARTIFACTS.leakage_records, str(tmp_path))).read_text()
+    )
     windows = fold_windows(result)
     assert [pd.Timestamp(r["decision_date"]) for r in records] == list(windows["test_start"])
     assert np.all(windows["test_end"].iloc[:-1].to_numpy() < windows["test_start"].iloc[1:].to_numpy())

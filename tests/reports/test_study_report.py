@@ -64,8 +64,9 @@ def study_inputs() -> tuple[pd.DataFrame, pd.Series, pd.DataFrame]:
 @pytest.fixture(scope="module")
 def study(study_inputs):
     returns, benchmark, trial_metrics = study_inputs
-    return build_study_report(returns, benchmark, title="LR sweep", trial_metrics=trial_metrics, n_trials=10,
-                              n_boot=400, seed=3)
+    return build_study_report(
+        returns, benchmark, title="LR sweep", trial_metrics=trial_metrics, n_trials=10, n_boot=400, seed=3
+    )
 
 
 def test_report_aligns_on_common_dates_and_notes_it(study, study_inputs) -> None:

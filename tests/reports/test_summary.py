@@ -11,8 +11,17 @@ from backtest.reports.summary import RunSummary, summary_text
 DATES = pd.bdate_range("2024-01-02", periods=250)
 STRATEGY = pd.Series(np.tile([0.02, -0.01], 125), index=DATES)
 BENCHMARK = pd.Series(np.tile([0.01, -0.01], 125), index=DATES)
-RUN = RunSummary(n_folds=12, n_features=285, ndcg_depth=3, leak_guard="passed", feature_audit="disabled",
-                 comparable=False, run_id="abc", tearsheet_uri="file:///x/reports/tearsheet.html", ui="http://ui")
+RUN = RunSummary(
+    n_folds=12,
+    n_features=285,
+    ndcg_depth=3,
+    leak_guard="passed",
+    feature_audit="disabled",
+    comparable=False,
+    run_id="abc",
+    tearsheet_uri="file:///x/reports/tearsheet.html",
+    ui="http://ui",
+)
 
 
 def test_summary_rows_are_the_tearsheet_values_of_both_series() -> None:

@@ -155,12 +155,28 @@ def test_metric_format_follows_quantstats() -> None:
 # The robustness block and the rolling charts
 
 EVIDENCE = RunEvidence(
-    metrics={"sharpe": 1.2345, "ann_return": 0.2468, "sharpe_ex_best_month": 0.8765, "ann_return_ex_best_month": 0.1357,
-             "sharpe_ex_best_3_months": 0.4321, "ann_return_ex_best_3_months": 0.0642, "sharpe_ci_low": -0.314,
-             "sharpe_ci_high": 2.718, "psr": 0.9123, "dsr": 0.5432, "rank_ic_mean": 0.03125, "icir": 0.456,
-             "ndcg": 0.61234, "ndcg_at_10": 0.1},  # the key of old runs is not read
-    leak_guard="passed", feature_audit="passed", comparable=True, ndcg_depth=5,
-    run_name="lambdarank-all", run_id="0123abcd",
+    metrics={
+        "sharpe": 1.2345,
+        "ann_return": 0.2468,
+        "sharpe_ex_best_month": 0.8765,
+        "ann_return_ex_best_month": 0.1357,
+        "sharpe_ex_best_3_months": 0.4321,
+        "ann_return_ex_best_3_months": 0.0642,
+        "sharpe_ci_low": -0.314,
+        "sharpe_ci_high": 2.718,
+        "psr": 0.9123,
+        "dsr": 0.5432,
+        "rank_ic_mean": 0.03125,
+        "icir": 0.456,
+        "ndcg": 0.61234,
+        "ndcg_at_10": 0.1,
+    },  # the key of old runs is not read
+    leak_guard="passed",
+    feature_audit="passed",
+    comparable=True,
+    ndcg_depth=5,
+    run_name="lambdarank-all",
+    run_id="0123abcd",
 )
 ROBUSTNESS_ROWS = [
     "<tr><td>full test period</td><td>1.23</td><td>24.68%</td></tr>",
@@ -227,11 +243,13 @@ def test_fallback_tearsheet_has_the_same_block_and_a_not_comparable_run_says_so(
 
 
 def test_missing_metrics_show_a_dash_and_no_evidence_says_so() -> None:
-    block = robustness_html(RunEvidence(metrics={"sharpe": float("nan")}, leak_guard="passed",
-                                        feature_audit="passed", comparable=True))
+    block = robustness_html(
+        RunEvidence(metrics={"sharpe": float("nan")}, leak_guard="passed", feature_audit="passed", comparable=True)
+    )
     assert "<tr><td>full test period</td><td>-</td><td>-</td></tr>" in block
     assert "<tr><td>Sharpe 95% interval (block bootstrap)</td><td>[-, -]</td></tr>" in block
     assert "were not given" in robustness_html(None)
-    job = dataclasses.replace(EVIDENCE, metrics={**{k: v for k, v in EVIDENCE.metrics.items() if k != "dsr"},
-                                                 "dsr_provisional": 0.25})
+    job = dataclasses.replace(
+        EVIDENCE, metrics={**{k: v for k, v in EVIDENCE.metrics.items() if k != "dsr"}, "dsr_provisional": 0.25}
+    )
     assert "<td>DSR, provisional (the study's DSR comes when the sweep ends)</td><td>0.250</td>" in robustness_html(job)

@@ -51,8 +51,12 @@ def run(checkpoint_dir: Path | None) -> BacktestResult:
     panel = simulate_market(MARKET).panel
     plan = plan_backtest(panel, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE), portfolio=PortfolioSpec())
     return run_backtest(
-        plan, features=FEATURES, ranker_factory=warm_ranker, data_fingerprint=panel_fingerprint(panel),
-        options=EngineOptions(checkpoint_dir=checkpoint_dir, audit_cutoffs=0), seed=3,
+        plan,
+        features=FEATURES,
+        ranker_factory=warm_ranker,
+        data_fingerprint=panel_fingerprint(panel),
+        options=EngineOptions(checkpoint_dir=checkpoint_dir, audit_cutoffs=0),
+        seed=3,
     )
 
 

@@ -36,9 +36,16 @@ def test_every_experiment_composes_and_builds(experiment: str, compose_config, t
     build(cfg.engine, cache_dir=str(tmp_path))  # the options create and probe their cache folders
 
 
-@pytest.mark.parametrize("group,option", [("model", "stock_transformer"), ("features", "price_only"),
-                                          ("label", "three_class"), ("portfolio", "softmax_capped"),
-                                          ("features", "top80_by_gain")])
+@pytest.mark.parametrize(
+    "group,option",
+    [
+        ("model", "stock_transformer"),
+        ("features", "price_only"),
+        ("label", "three_class"),
+        ("portfolio", "softmax_capped"),
+        ("features", "top80_by_gain"),
+    ],
+)
 def test_config_options_compose_and_build(group: str, option: str, compose_config) -> None:
     cfg = compose_config([f"{group}={option}"])
     built = build(cfg[group], _partial_=True)() if group == "model" else build(cfg[group])
@@ -70,8 +77,9 @@ def test_main_job_records_one_complete_run(tmp_path: Path, capsys, compose_confi
     client = MlflowClient(uri)
     run = client.get_run(out["run_id"])
     assert run.info.status == "FINISHED"
-    assert set(HEADLINE_KEYS) - {"psr", "dsr"} <= (set(run.data.metrics)
-                                                   | {k for k, v in out["metrics"].items() if v != v})
+    assert set(HEADLINE_KEYS) - {"psr", "dsr"} <= (
+        set(run.data.metrics) | {k for k, v in out["metrics"].items() if v != v}
+    )
     assert run.data.metrics["n_folds"] == out["metrics"]["n_folds"] >= 2
     history = client.get_metric_history(out["run_id"], "fold/rank_ic")
     # one point per fold, step = fold number (the last fold's labels may not be known yet: no point)
@@ -84,10 +92,19 @@ def test_main_job_records_one_complete_run(tmp_path: Path, capsys, compose_confi
     assert tags["resumed_folds"] == "0" and int(tags["days_blocked"]) == out["metrics"]["days_blocked"]
     assert run.data.params["backtest.purge"] == "True" and run.data.params["seed"] == "42"
     artifacts = _all_artifacts(client, out["run_id"])
-    for path in ("data/predictions.parquet", "data/positions.parquet", "data/daily_returns.parquet",
-                 "guards/leakage_records.json", "data/feature_importance.csv", "reports/equity.png",
-                 "reports/drawdown.png", "config/config.yaml", "reports/drift/feature_value_drift.csv",
-                 "reports/drift/importance_rank_stability.csv", *COMPARE_IMAGES.values()):
+    for path in (
+        "data/predictions.parquet",
+        "data/positions.parquet",
+        "data/daily_returns.parquet",
+        "guards/leakage_records.json",
+        "data/feature_importance.csv",
+        "reports/equity.png",
+        "reports/drawdown.png",
+        "config/config.yaml",
+        "reports/drift/feature_value_drift.csv",
+        "reports/drift/importance_rank_stability.csv",
+        *COMPARE_IMAGES.values(),
+    ):
         assert path in artifacts, (path, artifacts)  # the compare images sit at the root, for the compare page
     printed = capsys.readouterr().out
     assert "leak guard      passed" in printed and out["run_id"] in printed
@@ -103,9 +120,21 @@ def _all_artifacts(client: MlflowClient, run_id: str, path: str | None = None) -
 
 def _cli(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    return subprocess.run([sys.executable, "-m", "backtest", *args, f"hydra.run.dir={tmp_path / 'run'}",
-                           f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backtest",
+            *args,
+            f"hydra.run.dir={tmp_path / 'run'}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=tmp_path,
+    )
 
 
 def test_purge_off_without_leak_demo_is_refused_before_any_work(tmp_path: Path) -> None:
@@ -149,8 +178,10 @@ def test_sweep_groups_child_runs_under_one_parent(tmp_path: Path) -> None:
     assert len({c.data.tags["study"] for c in children}) == 1
     # each trial is named after the value it was given; the first value is the baseline
     assert [c.data.tags["trial"] for c in children] == ["features=all", "features=no_volatility"]
-    assert [c.info.run_name for c in children] == ["LambdaRankRanker-all features=all",
-                                                  "LambdaRankRanker-no_volatility features=no_volatility"]
+    assert [c.info.run_name for c in children] == [
+        "LambdaRankRanker-all features=all",
+        "LambdaRankRanker-no_volatility features=no_volatility",
+    ]
     # the parent records how the sweep was launched and what it holds
     tags = parent.data.tags
     assert tags["command"].startswith("python -m backtest -m ") and "features=all,no_volatility" in tags["command"]
@@ -158,8 +189,9 @@ def test_sweep_groups_child_runs_under_one_parent(tmp_path: Path) -> None:
     assert tags["git_commit"] and tags["baseline"] == "features=all"
     assert tags["data_fingerprint"] == children[0].data.tags["data_fingerprint"]
     assert set(tags["trials"].split(",")) == {c.info.run_id for c in children}
-    sweep = json.loads(Path(client.download_artifacts(parent.info.run_id, ARTIFACTS.study_sweep, str(tmp_path)))
-                       .read_text())
+    sweep = json.loads(
+        Path(client.download_artifacts(parent.info.run_id, ARTIFACTS.study_sweep, str(tmp_path))).read_text()
+    )
     assert sweep["n_trials"] == 2 and sweep["swept"] == ["features"]
     # a job's own DSR is provisional (it sees only the trials before it); the sweep's end logs the
     # study-wide dsr once, from the two trials' Sharpe variance
@@ -171,16 +203,18 @@ def test_sweep_groups_child_runs_under_one_parent(tmp_path: Path) -> None:
     for child in children:
         assert "dsr_provisional" in child.data.metrics
         assert [p.step for p in client.get_metric_history(child.info.run_id, "dsr")] == [0]
-        returns = pd.read_parquet(client.download_artifacts(child.info.run_id, "data/daily_returns.parquet",
-                                                            str(tmp_path)))["strategy"]
+        returns = pd.read_parquet(
+            client.download_artifacts(child.info.run_id, "data/daily_returns.parquet", str(tmp_path))
+        )["strategy"]
         assert child.data.metrics["dsr"] == pytest.approx(dsr(returns, 2, var), abs=1e-12)
         assert var == 0 or child.data.metrics["dsr"] < child.data.metrics["psr"]
     assert "2 trials, baseline features=all" in proc.stdout and "DSR against the best of them" in proc.stdout
     # the study report sits at the root of the parent run
     top = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert set(STUDY_REPORT_FILES.values()) <= top, top
-    trials = pd.read_csv(client.download_artifacts(parent.info.run_id, STUDY_REPORT_FILES["trials"], str(tmp_path)),
-                         index_col=0)
+    trials = pd.read_csv(
+        client.download_artifacts(parent.info.run_id, STUDY_REPORT_FILES["trials"], str(tmp_path)), index_col=0
+    )
     assert list(trials.index) == ["features=all", "features=no_volatility"]
     assert sorted(trials["features.name"]) == ["all", "no_volatility"]  # what the sweep varied
     assert "seed" not in trials.columns  # ... and only that
@@ -188,18 +222,41 @@ def test_sweep_groups_child_runs_under_one_parent(tmp_path: Path) -> None:
         assert trials.at[child.data.tags["trial"], "dsr"] == pytest.approx(child.data.metrics["dsr"])
         assert trials.at[child.data.tags["trial"], "sharpe"] == pytest.approx(child.data.metrics["sharpe"])
     # the study is listed and its report rebuilt from the store, with the same numbers
-    listed = subprocess.run([sys.executable, "-m", "backtest.study", "--tracking-uri", uri, "list"],
-                            capture_output=True, text=True, timeout=300)
+    listed = subprocess.run(
+        [sys.executable, "-m", "backtest.study", "--tracking-uri", uri, "list"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert listed.returncode == 0 and tags["study"] in listed.stdout and parent.info.run_id in listed.stdout
     out = tmp_path / "rebuilt"
-    rebuilt = subprocess.run([sys.executable, "-m", "backtest.study", "--tracking-uri", uri, "report", tags["study"],
-                              "--out", str(out), "--no-log"], capture_output=True, text=True, timeout=300)
+    rebuilt = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backtest.study",
+            "--tracking-uri",
+            uri,
+            "report",
+            tags["study"],
+            "--out",
+            str(out),
+            "--no-log",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
     again = pd.read_csv(out / STUDY_REPORT_FILES["trials"], index_col=0)
     pd.testing.assert_series_equal(again["sharpe"], trials["sharpe"])
     pd.testing.assert_series_equal(again["dsr"], trials["dsr"])
-    unknown = subprocess.run([sys.executable, "-m", "backtest.study", "--tracking-uri", uri, "report", "nope"],
-                             capture_output=True, text=True, timeout=300)
+    unknown = subprocess.run(
+        [sys.executable, "-m", "backtest.study", "--tracking-uri", uri, "report", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert unknown.returncode == 2 and "no finished run" in unknown.stderr and "Traceback" not in unknown.stderr
 
 
@@ -210,8 +267,10 @@ def test_a_portfolio_depth_sweep_names_its_trials_and_reports_one_ndcg_key(tmp_p
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("rankbacktest").experiment_id])
     children = sorted((r for r in runs if "mlflow.parentRunId" in r.data.tags), key=lambda r: r.data.tags["trial_num"])
-    assert [c.info.run_name for c in children] == ["LambdaRankRanker-all portfolio.top_k=3",
-                                                  "LambdaRankRanker-all portfolio.top_k=5"]
+    assert [c.info.run_name for c in children] == [
+        "LambdaRankRanker-all portfolio.top_k=3",
+        "LambdaRankRanker-all portfolio.top_k=5",
+    ]
     for child, depth in zip(children, ("3", "5"), strict=True):  # one key; the depth is a param
         assert "ndcg" in child.data.metrics and "fold/ndcg" in child.data.metrics
         assert child.data.params["ndcg_depth"] == depth == child.data.params["portfolio.top_k"]

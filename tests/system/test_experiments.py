@@ -29,8 +29,15 @@ def test_the_experiments_are_found() -> None:
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_experiment_runs_end_to_end_with_its_guard_tags(experiment: str, tmp_path: Path, compose_config) -> None:
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
-    cfg = compose_config([f"experiment={experiment}", *TINY_MARKET, *FITTED.get(experiment, []),
-                          f"tracking.uri={uri}", f"engine.cache_dir={tmp_path / 'cache'}"])
+    cfg = compose_config(
+        [
+            f"experiment={experiment}",
+            *TINY_MARKET,
+            *FITTED.get(experiment, []),
+            f"tracking.uri={uri}",
+            f"engine.cache_dir={tmp_path / 'cache'}",
+        ]
+    )
     if "num_threads" in cfg.model.get("config", {}):
         cfg.model.config.num_threads = 1  # LightGBM's default, every core, thrashes on a shared machine
     out = cli.run(cfg)

@@ -51,7 +51,8 @@ CODES = ("000001.SZ", "300001.SZ", "600000.SH", "600519.SH", "688001.SH", "00000
 
 #: A few indicators over every price field and volume (the ``price_only`` set's kind, smaller).
 SMALL_SET = FeatureSetSpec(
-    name="fuzz", indicators=("ret_5d", "ret_20d", "vol_20d", "rsi_14", "open_gap", "kdj_k", "volume_ratio_5"),
+    name="fuzz",
+    indicators=("ret_5d", "ret_20d", "vol_20d", "rsi_14", "open_gap", "kdj_k", "volume_ratio_5"),
     windows=(5,),
 )
 #: Every indicator computed from the close alone (``conf/features/price_only.yaml``).
@@ -223,8 +224,12 @@ def make_panel(r: PanelRecipe) -> pd.DataFrame:
     high[t, i] = low[t, i] = np.nan
 
     columns = {"open": open_, "high": high, "low": low, "close": close, "volume": volume}
-    drop = {"ohlcv": (), "ocv": ("high", "low"), "close_volume": ("open", "high", "low"),
-            "close_only": ("open", "high", "low", "volume")}[r.fields]
+    drop = {
+        "ohlcv": (),
+        "ocv": ("high", "low"),
+        "close_volume": ("open", "high", "low"),
+        "close_only": ("open", "high", "low", "volume"),
+    }[r.fields]
     for name in drop:
         del columns[name]
     if r.n_splits:
@@ -259,22 +264,37 @@ def make_panel(r: PanelRecipe) -> pd.DataFrame:
 
 def tiny_ranker(n_bins: int = 10) -> LambdaRankRanker:
     return LambdaRankRanker(
-        LambdaRankConfig(n_bins=n_bins, num_boost_round=8, min_data_in_leaf=3, num_leaves=4, num_threads=1,
-                         early_stopping_rounds=None)
+        LambdaRankConfig(
+            n_bins=n_bins,
+            num_boost_round=8,
+            min_data_in_leaf=3,
+            num_leaves=4,
+            num_threads=1,
+            early_stopping_rounds=None,
+        )
     )
 
 
 def portfolio_of(r: PanelRecipe) -> PortfolioSpec:
     capped = r.weighting == "capped"
-    return PortfolioSpec(top_k=r.top_k, rebalance_every=r.rebalance_every,
-                         weighting="softmax" if capped else r.weighting, max_weight=0.4 if capped else None)
+    return PortfolioSpec(
+        top_k=r.top_k,
+        rebalance_every=r.rebalance_every,
+        weighting="softmax" if capped else r.weighting,
+        max_weight=0.4 if capped else None,
+    )
 
 
 def run_pipeline(r: PanelRecipe, panel: pd.DataFrame) -> BacktestResult:
     dates = panel.index.get_level_values(0).unique()
-    schedule = RollingSchedule(retrain_every=r.retrain_every, train_window=40, window=r.window,
-                               valid_days=r.valid_days, embargo=r.embargo,
-                               test_start=dates[max(0, len(dates) - r.test_days)])
+    schedule = RollingSchedule(
+        retrain_every=r.retrain_every,
+        train_window=40,
+        window=r.window,
+        valid_days=r.valid_days,
+        embargo=r.embargo,
+        test_start=dates[max(0, len(dates) - r.test_days)],
+    )
     label = LabelSpec(exit_offset=r.exit_offset, processing=r.processing)
     return run_backtest(
         plan_backtest(panel, label=label, schedule=schedule, portfolio=portfolio_of(r)),
@@ -320,8 +340,9 @@ def check_result(panel: pd.DataFrame, result: BacktestResult) -> None:
         if trade.side == "buy":
             assert rule.can_buy[e, j], f"{where}: the stock does not trade or opens at limit-up"
             t = row_of[trade.decision_date]
-            assert rule.eligible[t, j] and (trade.decision_date, trade.code) in scored, \
+            assert rule.eligible[t, j] and (trade.decision_date, trade.code) in scored, (
                 f"{where}: not a scored member on the decision day {trade.decision_date:%Y-%m-%d}"
+            )
         else:
             delisted = last_row[j] < e
             if PORTFOLIO_TRIMS_LOCKED_HOLDINGS and trade.weight_after > 0 and trade.traded < 0.01:
@@ -357,8 +378,9 @@ def check_result(panel: pd.DataFrame, result: BacktestResult) -> None:
         if entered:
             assert day in starts, f"{sorted(entered)} entered the book on {day:%Y-%m-%d}, not an execution day"
             for code in entered:
-                assert rule.can_buy[row_of[day], col_of[code]], \
+                assert rule.can_buy[row_of[day], col_of[code]], (
                     f"{code} entered the book on {day:%Y-%m-%d}, when it does not trade or opens at limit-up"
+                )
         held = names
     # Scores only for the day's index members, on the test period's decision days.
     for day, code in scored:
@@ -383,8 +405,9 @@ def check_labels(panel: pd.DataFrame, result: BacktestResult, grid: WideGrid) ->
     assert (labels.label_end.to_numpy() == grid.dates[rows + spec.exit_offset].to_numpy()).all()
     assert np.isfinite(labels.fwd_return.to_numpy()).all()
     values = result.features.values
-    assert not np.isinf(values).any(), \
+    assert not np.isinf(values).any(), (
         f"infinite feature values in {sorted({result.feature_names[j] for j in np.nonzero(np.isinf(values))[1]})}"
+    )
 
 
 def check_metrics(result: BacktestResult) -> None:
@@ -394,8 +417,17 @@ def check_metrics(result: BacktestResult) -> None:
     for key, value in m.items():
         assert not np.isinf(value), f"metric {key} is {value}"
     returns = result.portfolio.returns.to_numpy()
-    for key in ("cum_return", "ann_return", "max_drawdown", "win_rate_vs_ew", "win_rate_vs_ew_daily",
-                "excess_ann_return", "benchmark_ann_return", "turnover", "n_folds"):
+    for key in (
+        "cum_return",
+        "ann_return",
+        "max_drawdown",
+        "win_rate_vs_ew",
+        "win_rate_vs_ew_daily",
+        "excess_ann_return",
+        "benchmark_ann_return",
+        "turnover",
+        "n_folds",
+    ):
         assert np.isfinite(m[key]), f"metric {key} is NaN on {len(returns)} returns"
     volatile = len(returns) >= 2 and returns.std(ddof=1) > 0
     assert np.isfinite(m["sharpe"]) == volatile, f"sharpe {m['sharpe']} with volatility {volatile}"
@@ -428,8 +460,12 @@ def _quiet_logs(caplog):
     caplog.set_level(logging.ERROR)
 
 
-FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 
 @FUZZ
@@ -448,11 +484,38 @@ def test_fuzzed_panel_ends_in_a_valid_result_or_a_project_error_many(recipe: Pan
 # --- what the fuzzer found, pinned ----------------------------------------------------------------------
 
 CLEAN = PanelRecipe(
-    seed=1, n_stocks=8, n_days=200, listing=False, delisting=False, n_gaps=0, n_suspensions=0,
-    suspension_flag="absent", nan_prices_when_suspended=False, n_nan_volumes=0, n_nan_prices=0, n_market_halts=0,
-    n_flat_spells=0, n_splits=0, penny=False, fields="ohlcv", n_limit_up=0, n_limit_down=0, limit_columns="absent",
-    n_single_stock_days=0, universe="absent", top_k=2, rebalance_every=1, weighting="equal", processing="bins",
-    exit_offset=5, test_days=40, retrain_every=20, valid_days=5, embargo=1, window="sliding", features="small",
+    seed=1,
+    n_stocks=8,
+    n_days=200,
+    listing=False,
+    delisting=False,
+    n_gaps=0,
+    n_suspensions=0,
+    suspension_flag="absent",
+    nan_prices_when_suspended=False,
+    n_nan_volumes=0,
+    n_nan_prices=0,
+    n_market_halts=0,
+    n_flat_spells=0,
+    n_splits=0,
+    penny=False,
+    fields="ohlcv",
+    n_limit_up=0,
+    n_limit_down=0,
+    limit_columns="absent",
+    n_single_stock_days=0,
+    universe="absent",
+    top_k=2,
+    rebalance_every=1,
+    weighting="equal",
+    processing="bins",
+    exit_offset=5,
+    test_days=40,
+    retrain_every=20,
+    valid_days=5,
+    embargo=1,
+    window="sliding",
+    features="small",
     audit_cutoffs=3,
 )
 
@@ -474,8 +537,11 @@ def test_a_test_period_shorter_than_the_label_horizon_has_nan_ic_not_an_error() 
     assert np.isfinite(result.metrics["cum_return"])
 
 
-@pytest.mark.xfail(strict=True, reason="backtest.portfolio._rebalance: the self-financing scale trims a kept "
-                   "holding that cannot be sold (suspended / limit-down) to pay for the other trades")
+@pytest.mark.xfail(
+    strict=True,
+    reason="backtest.portfolio._rebalance: the self-financing scale trims a kept "
+    "holding that cannot be sold (suspended / limit-down) to pay for the other trades",
+)
 def test_the_cost_of_a_rebalance_is_not_paid_from_a_suspended_holding() -> None:
     """Three stocks at a constant 10.00; A and B are bought, then B is swapped for C on a day A is
     suspended (zero volume). A keeps its weight (its target equals its holding), so nothing may be sold

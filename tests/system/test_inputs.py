@@ -40,9 +40,21 @@ from models.lambdarank import LambdaRankConfig, LambdaRankRanker
 def _cli(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})}
     full_env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run([sys.executable, "-m", "backtest", *args, f"hydra.run.dir={tmp_path / 'run'}",
-                           f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                          capture_output=True, text=True, env=full_env, timeout=300, cwd=tmp_path)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backtest",
+            *args,
+            f"hydra.run.dir={tmp_path / 'run'}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=300,
+        cwd=tmp_path,
+    )
 
 
 def _refused(proc: subprocess.CompletedProcess, *words: str) -> str:
@@ -60,10 +72,13 @@ def _refused(proc: subprocess.CompletedProcess, *words: str) -> str:
 # Hydra's own composition errors exit 2 with one clear line
 
 
-@pytest.mark.parametrize("override,words", [
-    ("backtest.retrain_evry=5", ["unknown config key backtest.retrain_evry", "fix: backtest.retrain_every=5"]),
-    ("features=nope", ["unknown option features=nope", "no_volatility", "fix: features="]),
-])
+@pytest.mark.parametrize(
+    "override,words",
+    [
+        ("backtest.retrain_evry=5", ["unknown config key backtest.retrain_evry", "fix: backtest.retrain_every=5"]),
+        ("features=nope", ["unknown option features=nope", "no_volatility", "fix: features="]),
+    ],
+)
 def test_a_composition_error_exits_2_in_one_line(tmp_path: Path, override: str, words: list[str]) -> None:
     err = _refused(_cli([override], tmp_path), *words)
     assert len(err.strip().splitlines()) == 2  # the error and its fix
@@ -71,10 +86,16 @@ def test_a_composition_error_exits_2_in_one_line(tmp_path: Path, override: str, 
 
 
 def test_a_key_an_experiment_sets_names_the_experiment(tmp_path: Path) -> None:
-    proc = _cli(["experiment=smoke", "data=csv", "data.path=x.csv", "engine.feature_cache=false",
-                 "engine.checkpoints=false"], tmp_path)
-    _refused(proc, "data.n_stocks is set by experiment=smoke (conf/experiment/smoke.yaml)", "data=csv",
-             "~data.n_stocks ~data.n_members ~data.start")
+    proc = _cli(
+        ["experiment=smoke", "data=csv", "data.path=x.csv", "engine.feature_cache=false", "engine.checkpoints=false"],
+        tmp_path,
+    )
+    _refused(
+        proc,
+        "data.n_stocks is set by experiment=smoke (conf/experiment/smoke.yaml)",
+        "data=csv",
+        "~data.n_stocks ~data.n_members ~data.start",
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -113,8 +134,11 @@ def _unwritable(tmp_path: Path, how: str) -> Path:
 def test_an_unwritable_cache_is_refused_before_any_work(tmp_path: Path, how: str) -> None:
     root = _unwritable(tmp_path, how)
     try:
-        with pytest.raises(ConfigError, match=r"engine.cache_dir: the feature cache directory .* cannot be written"
-                                              r"(.|\n)*fix: engine.cache_dir=<a writable directory>"):
+        with pytest.raises(
+            ConfigError,
+            match=r"engine.cache_dir: the feature cache directory .* cannot be written"
+            r"(.|\n)*fix: engine.cache_dir=<a writable directory>",
+        ):
             EngineOptions(feature_cache_dir=root / "features", checkpoint_dir=root / "checkpoints")
         with pytest.raises(ConfigError, match="checkpoint directory"):
             EngineOptions(checkpoint_dir=root / "checkpoints")
@@ -149,12 +173,17 @@ def _backtest(panel: pd.DataFrame, portfolio: PortfolioSpec, monkeypatch) -> Non
     monkeypatch.setattr(engine, "build_features", no_work)
     monkeypatch.setattr(engine, "load_or_build_features", no_work)
     plan = plan_backtest(
-        panel, label=LabelSpec(),
+        panel,
+        label=LabelSpec(),
         schedule=RollingSchedule(retrain_every=20, train_window=100, valid_days=10, test_start="2022-07-01"),
         portfolio=portfolio,
     )
-    run_backtest(plan, features=FEATURES, data_fingerprint=panel_fingerprint(panel),
-                 ranker_factory=lambda: LambdaRankRanker(LambdaRankConfig(num_boost_round=5, num_threads=1)))
+    run_backtest(
+        plan,
+        features=FEATURES,
+        data_fingerprint=panel_fingerprint(panel),
+        ranker_factory=lambda: LambdaRankRanker(LambdaRankConfig(num_boost_round=5, num_threads=1)),
+    )
 
 
 def test_a_test_period_in_which_nothing_trades_is_refused(tiny_panel: pd.DataFrame, monkeypatch) -> None:
@@ -180,28 +209,49 @@ def test_a_universe_of_one_member_is_refused(tiny_panel: pd.DataFrame, monkeypat
 # Secrets: redaction, credentials in the tracking URI, secrets on the command line
 
 
-@pytest.mark.parametrize("raw,redacted", [
-    ("postgresql://bob:pa/ss@db:5432/mlflow", "postgresql://bob:***@db:5432/mlflow"),
-    ("postgresql://bob:p@ss@db:5432/mlflow", "postgresql://bob:***@db:5432/mlflow"),
-    ("postgresql://bob:my pass@db:5432/mlflow", "postgresql://bob:***@db:5432/mlflow"),
-    ("postgresql://bob:p@ss/w rd@db/mlflow?sslmode=require", "postgresql://bob:***@db/mlflow?sslmode=require"),
-    ("mysql+pymysql://bob:hunter2@db/mlflow", "mysql+pymysql://bob:***@db/mlflow"),
-    ("postgresql://db/mlflow?user=bob&pwd=s3cret", "postgresql://db/mlflow?user=bob&pwd=***"),
-    ("http://h:5000/?passphrase=abc&auth=xyz&credential=c&x=1", "http://h:5000/?passphrase=***&auth=***&credential=***&x=1"),
-    ("host=db dbname=mlflow password='a b' user=bob", "host=db dbname=mlflow password=*** user=bob"),
-    ("store 'postgresql://bob:pw@db/x' does not answer", "store 'postgresql://bob:***@db/x' does not answer"),
-    ("http://127.0.0.1:5000/#/experiments/1", "http://127.0.0.1:5000/#/experiments/1"),
-])
+@pytest.mark.parametrize(
+    "raw,redacted",
+    [
+        ("postgresql://bob:pa/ss@db:5432/mlflow", "postgresql://bob:***@db:5432/mlflow"),
+        ("postgresql://bob:p@ss@db:5432/mlflow", "postgresql://bob:***@db:5432/mlflow"),
+        ("postgresql://bob:my pass@db:5432/mlflow", "postgresql://bob:***@db:5432/mlflow"),
+        ("postgresql://bob:p@ss/w rd@db/mlflow?sslmode=require", "postgresql://bob:***@db/mlflow?sslmode=require"),
+        ("mysql+pymysql://bob:hunter2@db/mlflow", "mysql+pymysql://bob:***@db/mlflow"),
+        ("postgresql://db/mlflow?user=bob&pwd=s3cret", "postgresql://db/mlflow?user=bob&pwd=***"),
+        (
+            "http://h:5000/?passphrase=abc&auth=xyz&credential=c&x=1",
+            "http://h:5000/?passphrase=***&auth=***&credential=***&x=1",
+        ),
+        ("host=db dbname=mlflow password='a b' user=bob", "host=db dbname=mlflow password=*** user=bob"),
+        ("store 'postgresql://bob:pw@db/x' does not answer", "store 'postgresql://bob:***@db/x' does not answer"),
+        ("http://127.0.0.1:5000/#/experiments/1", "http://127.0.0.1:5000/#/experiments/1"),
+    ],
+)
 def test_redact_uri_hides_every_password(raw: str, redacted: str) -> None:
     assert redact_uri(raw) == redacted
 
 
-@pytest.mark.parametrize("key,secret", [
-    ("db.pwd", True), ("ssh.passphrase", True), ("tracking.auth", True), ("tracking.credential", True),
-    ("aws.credentials", True), ("http.authorization", True), ("db.pass", True), ("basic_auth", True),
-    ("dbPwd", True), ("tushare.token", True), ("api-key", True), ("db.password", True),
-    ("author", False), ("bypass", False), ("engine.audit_cutoffs", False), ("portfolio.top_k", False),
-])
+@pytest.mark.parametrize(
+    "key,secret",
+    [
+        ("db.pwd", True),
+        ("ssh.passphrase", True),
+        ("tracking.auth", True),
+        ("tracking.credential", True),
+        ("aws.credentials", True),
+        ("http.authorization", True),
+        ("db.pass", True),
+        ("basic_auth", True),
+        ("dbPwd", True),
+        ("tushare.token", True),
+        ("api-key", True),
+        ("db.password", True),
+        ("author", False),
+        ("bypass", False),
+        ("engine.audit_cutoffs", False),
+        ("portfolio.top_k", False),
+    ],
+)
 def test_secret_keys(key: str, secret: bool) -> None:
     assert is_secret_key(key) is secret
     assert (flatten_config({key: "v"})[key] == "***") is secret
@@ -219,8 +269,7 @@ def test_credentials_in_a_server_uri_go_to_mlflow_environment(monkeypatch) -> No
 def test_a_credentialed_tracking_uri_on_the_command_line_is_taken_apart(monkeypatch) -> None:
     monkeypatch.delenv(ENV_USERNAME, raising=False)
     monkeypatch.delenv(ENV_PASSWORD, raising=False)
-    argv, refused = keep_secrets_off_the_command_line(
-        ["-m", "tracking.uri=http://bob:hunter2@host:5000", "seed=1"])
+    argv, refused = keep_secrets_off_the_command_line(["-m", "tracking.uri=http://bob:hunter2@host:5000", "seed=1"])
     assert refused is None and argv == ["-m", "tracking.uri=http://host:5000", "seed=1"]
     assert os.environ[ENV_PASSWORD] == "hunter2"
 
@@ -261,10 +310,14 @@ def test_the_server_check_logs_in_with_the_uri_credentials(login_server: str, mo
         _check_server(resolve_tracking_uri(f"http://bob:wrong@{login_server}", "/tmp"))
 
 
-@pytest.mark.parametrize("override", ["+data.token=abc123secret", "tracking.uri=postgresql://bob:abc123secret@db/mlflow"])
+@pytest.mark.parametrize(
+    "override", ["+data.token=abc123secret", "tracking.uri=postgresql://bob:abc123secret@db/mlflow"]
+)
 def test_a_secret_override_is_refused_before_hydra_writes_it(tmp_path: Path, override: str) -> None:
-    proc = _cli([override, f"tracking.uri=sqlite:///{tmp_path / 'x.db'}"] if "tracking.uri" not in override
-                else [override], tmp_path)
+    proc = _cli(
+        [override, f"tracking.uri=sqlite:///{tmp_path / 'x.db'}"] if "tracking.uri" not in override else [override],
+        tmp_path,
+    )
     err = _refused(proc, "fix: ", "environment")
     assert "abc123secret" not in err + proc.stdout
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
@@ -336,7 +389,9 @@ def test_a_server_behind_a_login_records_a_run_without_storing_the_password(tmp_
     port = _free_port()
     server = subprocess.Popen(
         server_command(f"sqlite:///{tmp_path / 'server.db'}", port=port, artifacts=tmp_path / "artifacts"),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=server_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=server_env(),
     )
     proxy = ThreadingHTTPServer(("127.0.0.1", 0), _LoginProxy)
     _LoginProxy.upstream = f"http://127.0.0.1:{port}"

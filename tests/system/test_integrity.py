@@ -61,7 +61,9 @@ def test_the_code_fingerprint_follows_only_the_code_that_can_change_a_result(tmp
             source.write("\n# an edit\n")
         after = _fingerprints(tmp_path)
         assert (after["result"] != before["result"], after["features"] != before["features"]) == (
-            result_changes, features_change), name
+            result_changes,
+            features_change,
+        ), name
         before = after
 
 
@@ -86,8 +88,12 @@ def test_package_versions_enter_the_fingerprint_of_the_code_that_runs_on_them(mo
 def _backtest(panel: pd.DataFrame, checkpoint_dir: Path | None, factory=small_ranker) -> BacktestResult:
     plan = plan_backtest(panel, label=LabelSpec(), schedule=RollingSchedule(**SCHEDULE), portfolio=PortfolioSpec())
     return run_backtest(
-        plan, features=checkpoint_job.FEATURES, ranker_factory=factory, data_fingerprint=panel_fingerprint(panel),
-        options=EngineOptions(checkpoint_dir=checkpoint_dir, audit_cutoffs=0), seed=3,
+        plan,
+        features=checkpoint_job.FEATURES,
+        ranker_factory=factory,
+        data_fingerprint=panel_fingerprint(panel),
+        options=EngineOptions(checkpoint_dir=checkpoint_dir, audit_cutoffs=0),
+        seed=3,
     )
 
 
@@ -108,7 +114,7 @@ def _damage(path: Path, how: str) -> None:
         path.write_bytes(b"")
     elif how == "flipped":  # one byte of the compressed scores changed: the zip's own CRC may not see it
         middle = len(raw) // 2
-        path.write_bytes(raw[:middle] + bytes([raw[middle] ^ 0xFF]) + raw[middle + 1:])
+        path.write_bytes(raw[:middle] + bytes([raw[middle] ^ 0xFF]) + raw[middle + 1 :])
 
 
 @pytest.fixture(scope="module")
@@ -117,11 +123,17 @@ def stateless_reference(tiny_panel) -> BacktestResult:
 
 
 @pytest.mark.parametrize(
-    "how", ["truncated", "junk", pytest.param("empty", marks=pytest.mark.slow),
-            pytest.param("flipped", marks=pytest.mark.slow)],
+    "how",
+    [
+        "truncated",
+        "junk",
+        pytest.param("empty", marks=pytest.mark.slow),
+        pytest.param("flipped", marks=pytest.mark.slow),
+    ],
 )
-def test_a_damaged_fold_checkpoint_is_recomputed_with_one_warning(how, tiny_panel, stateless_reference, tmp_path,
-                                                                   caplog) -> None:
+def test_a_damaged_fold_checkpoint_is_recomputed_with_one_warning(
+    how, tiny_panel, stateless_reference, tmp_path, caplog
+) -> None:
     first = _backtest(tiny_panel, tmp_path)
     n = len(first.records)
     damaged = next(tmp_path.rglob("fold_0002.npz"))
@@ -143,8 +155,9 @@ def warm_reference() -> BacktestResult:
     return checkpoint_job.run(None)
 
 
-def test_a_damaged_warm_start_checkpoint_refits_from_the_state_before_it(tiny_panel, warm_reference, tmp_path,
-                                                                         caplog) -> None:
+def test_a_damaged_warm_start_checkpoint_refits_from_the_state_before_it(
+    tiny_panel, warm_reference, tmp_path, caplog
+) -> None:
     checkpoint_job.run(tmp_path)
     _damage(next(tmp_path.rglob("fold_0002.npz")), "truncated")
     with caplog.at_level(logging.WARNING, logger="backtest.checkpoints"):
@@ -160,8 +173,16 @@ def test_a_damaged_warm_start_checkpoint_refits_from_the_state_before_it(tiny_pa
 
 def _job(checkpoint_dir: Path, out: Path, *args: str) -> list[str]:
     """The job's command line; the code fingerprint pinned to this process's (see tests/system/checkpoint_job.py)."""
-    return [sys.executable, "-m", "tests.system.checkpoint_job", str(checkpoint_dir), str(out),
-            "--code-fingerprint", code_fingerprint(), *args]
+    return [
+        sys.executable,
+        "-m",
+        "tests.system.checkpoint_job",
+        str(checkpoint_dir),
+        str(out),
+        "--code-fingerprint",
+        code_fingerprint(),
+        *args,
+    ]
 
 
 def _units(checkpoint_dir: Path) -> list[str]:
@@ -188,11 +209,17 @@ def _resume_and_compare(checkpoint_dir: Path, out: Path, reference: BacktestResu
         pytest.param("after_replace", 4, marks=pytest.mark.slow),
     ],
 )
-def test_a_warm_start_run_killed_while_checkpointing_a_fold_resumes_bitwise(point, fold, warm_reference,
-                                                                           tmp_path) -> None:
+def test_a_warm_start_run_killed_while_checkpointing_a_fold_resumes_bitwise(
+    point, fold, warm_reference, tmp_path
+) -> None:
     checkpoints, out = tmp_path / "checkpoints", tmp_path / "result.npz"
-    killed = subprocess.run(_job(checkpoints, out, "--kill", point, "--fold", str(fold)), cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
+    killed = subprocess.run(
+        _job(checkpoints, out, "--kill", point, "--fold", str(fold)),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     whole = fold + 1 if point == "after_replace" else fold
     assert _units(checkpoints) == [f"fold_{i:04d}.npz" for i in range(whole)]

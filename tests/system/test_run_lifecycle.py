@@ -26,8 +26,14 @@ FAST = [o for o in TINY if not o.startswith("backtest.retrain_every")] + ["backt
 
 def _backtest(args: list[str], tmp_path: Path) -> subprocess.Popen:
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    return subprocess.Popen([sys.executable, "-m", "backtest", *args, f"hydra.run.dir={tmp_path / 'run'}"],
-                            cwd=PROJECT_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "backtest", *args, f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=PROJECT_DIR,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _runs(uri: str) -> list:
@@ -58,8 +64,9 @@ def test_a_refused_schedule_writes_nothing_to_the_store(tmp_path: Path) -> None:
     assert not db.exists()  # the store was never opened: no FAILED run, no empty database
 
 
-def test_a_full_disk_while_recording_ends_the_run_failed_with_the_reason(tmp_path: Path, monkeypatch,
-                                                                          compose_config) -> None:
+def test_a_full_disk_while_recording_ends_the_run_failed_with_the_reason(
+    tmp_path: Path, monkeypatch, compose_config
+) -> None:
     uri = f"sqlite:///{tmp_path / 'full.db'}"
     fallback = f"sqlite:///{tmp_path / 'fallback.db'}"
     real = MlflowClient.log_artifact
@@ -119,8 +126,13 @@ def _free_port() -> int:
 
 
 def _server(db: Path, artifacts: Path, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen(server_command(f"sqlite:///{db}", port=port, artifacts=artifacts), env=server_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        server_command(f"sqlite:///{db}", port=port, artifacts=artifacts),
+        env=server_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         with socket.socket() as s:
@@ -156,7 +168,10 @@ def test_a_lost_server_costs_seconds_and_the_run_goes_to_the_fallback_store_then
     try:
         sync = subprocess.run(
             [sys.executable, "-m", "backtest.tracking", "sync", "--from", fallback, "--to", server_uri],
-            cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300,
+            cwd=PROJECT_DIR,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert sync.returncode == 0, sync.stderr[-3000:]
         runs = {r.info.status: r for r in _runs(server_uri)}

@@ -18,10 +18,13 @@ from backtest.reports.study import STUDY_REPORT_FILES
 from tests.system.tiny_market import TINY
 
 
-@pytest.mark.parametrize("launcher,target,fields", [
-    ("slurm", "SlurmLauncher", {"timeout_min": 180, "cpus_per_task": 2, "mem_gb": 8, "array_parallelism": 64}),
-    ("rehearsal", "LocalLauncher", {"timeout_min": 120, "cpus_per_task": 1}),
-])
+@pytest.mark.parametrize(
+    "launcher,target,fields",
+    [
+        ("slurm", "SlurmLauncher", {"timeout_min": 180, "cpus_per_task": 2, "mem_gb": 8, "array_parallelism": 64}),
+        ("rehearsal", "LocalLauncher", {"timeout_min": 120, "cpus_per_task": 1}),
+    ],
+)
 def test_the_launcher_configs_compose_onto_submitit(launcher: str, target: str, fields: dict) -> None:
     from hydra import compose, initialize_config_dir
 
@@ -39,8 +42,22 @@ def test_the_launcher_configs_compose_onto_submitit(launcher: str, target: str, 
 def _sweep(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     return subprocess.run(
-        [sys.executable, "-m", "backtest", "-m", *TINY, "features=all,no_volatility", *args,
-         f"hydra.sweep.dir={tmp_path / 'sweep'}"], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "backtest",
+            "-m",
+            *TINY,
+            "features=all,no_volatility",
+            *args,
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=tmp_path,
+    )
 
 
 def _check_study(client: MlflowClient) -> tuple[object, list]:
@@ -103,9 +120,21 @@ def test_a_sweep_into_the_team_store_is_read_back_from_postgresql(tmp_path: Path
     env = {key: value for key, value in os.environ.items() if key != "MLFLOW_BACKEND_STORE_URI"}
     log = (tmp_path / "team.log").open("w")
     team = subprocess.Popen(
-        [sys.executable, "-m", "backtest.tracking.team", "--port", str(port), "--pgdata", str(pgdata),
-         "--artifacts", str(artifacts)],
-        stdout=log, stderr=subprocess.STDOUT, env={**env, "MLFLOW_DISABLE_TELEMETRY": "true"}, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "backtest.tracking.team",
+            "--port",
+            str(port),
+            "--pgdata",
+            str(pgdata),
+            "--artifacts",
+            str(artifacts),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**env, "MLFLOW_DISABLE_TELEMETRY": "true"},
+        start_new_session=True,
     )
     uri = f"http://127.0.0.1:{port}"
     try:

@@ -46,10 +46,24 @@ def test_study_runs_end_to_end_and_reports(study: str, tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "backtest", "-m", f"+study={study}", *TINY_MARKET, "tracking.tearsheet=false",
-         *TINY_EXTRA.get(study, []), f"tracking.uri={uri}",
-         f"engine.cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-        capture_output=True, text=True, env=env, timeout=1800, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "backtest",
+            "-m",
+            f"+study={study}",
+            *TINY_MARKET,
+            "tracking.tearsheet=false",
+            *TINY_EXTRA.get(study, []),
+            f"tracking.uri={uri}",
+            f"engine.cache_dir={tmp_path / 'cache'}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = MlflowClient(uri)
@@ -65,8 +79,12 @@ def test_study_runs_end_to_end_and_reports(study: str, tmp_path: Path) -> None:
     for child in children:
         assert child.info.status == "FINISHED" and math.isfinite(child.data.metrics["dsr"])
         # every model (the StockTransformer too) is compared with the baselines on its own folds
-        for key in ("baseline_factor_rank_ic_mean", "baseline_linear_rank_ic_mean", "model_minus_factor_rank_ic",
-                    "baseline_equal_weight_sharpe"):
+        for key in (
+            "baseline_factor_rank_ic_mean",
+            "baseline_linear_rank_ic_mean",
+            "model_minus_factor_rank_ic",
+            "baseline_equal_weight_sharpe",
+        ):
             assert math.isfinite(child.data.metrics[key]), (child.info.run_name, key)
     assert f"study {study}:" in proc.stdout
 
@@ -75,11 +93,13 @@ def test_the_digest_tabulates_every_study_report_under_a_folder(tmp_path: Path) 
     rng = np.random.default_rng(7)
     dates = pd.bdate_range("2024-01-02", periods=300)
     for study, shift in (("alpha", 0.0), ("beta", 0.002)):
-        returns = pd.DataFrame({"a=1": rng.normal(0.0005, 0.01, 300), "a=2": rng.normal(0.0005 + shift, 0.01, 300)},
-                               index=dates)
+        returns = pd.DataFrame(
+            {"a=1": rng.normal(0.0005, 0.01, 300), "a=2": rng.normal(0.0005 + shift, 0.01, 300)}, index=dates
+        )
         trial_metrics = pd.DataFrame({"rank_ic_mean": [0.01, 0.02], "minutes": [3.0, 4.5]}, index=returns.columns)
-        report = build_study_report(returns, pd.Series(rng.normal(0, 0.01, 300), index=dates), title=study,
-                                    trial_metrics=trial_metrics)
+        report = build_study_report(
+            returns, pd.Series(rng.normal(0, 0.01, 300), index=dates), title=study, trial_metrics=trial_metrics
+        )
         write_study_report(tmp_path / study, report)
     (tmp_path / "not_a_study").mkdir()
     text = digest(tmp_path)

@@ -8,8 +8,21 @@ schedule, a small LambdaRank on one thread, no tearsheet.
 
 from __future__ import annotations
 
-TINY_MARKET = ["data.n_stocks=60", "data.n_members=40", "data.start=2023-06-01", "backtest.test_start=2025-09-01",
-               "engine.feature_cache=false", "engine.checkpoints=false"]
-TINY = [*TINY_MARKET, "backtest.train_window=80", "backtest.valid_days=10", "backtest.retrain_every=20",
-        "model.config.num_boost_round=20", "model.config.min_data_in_leaf=30", "model.config.num_threads=1",
-        "tracking.tearsheet=false"]
+TINY_MARKET = [
+    "data.n_stocks=60",
+    "data.n_members=40",
+    "data.start=2023-06-01",
+    "backtest.test_start=2025-09-01",
+    "engine.feature_cache=false",
+    "engine.checkpoints=false",
+]
+TINY = [
+    *TINY_MARKET,
+    "backtest.train_window=80",
+    "backtest.valid_days=10",
+    "backtest.retrain_every=20",
+    "model.config.num_boost_round=20",
+    "model.config.min_data_in_leaf=30",
+    "model.config.num_threads=1",
+    "tracking.tearsheet=false",
+]

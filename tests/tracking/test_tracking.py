@@ -77,8 +77,14 @@ def test_relative_sqlite_uri_resolves_against_the_project_dir_not_the_cwd(tmp_pa
 
 
 @pytest.mark.parametrize(
-    "uri", ["http://127.0.0.1:5000", "https://mlflow.example.com", "postgresql://u:p@db:5432/mlflow",
-            "postgresql+psycopg2://u@db/mlflow", "mysql://u@db/mlflow"]
+    "uri",
+    [
+        "http://127.0.0.1:5000",
+        "https://mlflow.example.com",
+        "postgresql://u:p@db:5432/mlflow",
+        "postgresql+psycopg2://u@db/mlflow",
+        "mysql://u@db/mlflow",
+    ],
 )
 def test_server_and_database_uris_pass_through(uri: str, tmp_path: Path) -> None:
     assert resolve_tracking_uri(uri, tmp_path) == uri
@@ -116,8 +122,10 @@ def test_parallel_first_use_of_a_new_sqlite_file_does_not_race(tmp_path: Path) -
     # ("Online migration expected to match one row").
     uri = f"sqlite:///{tmp_path / 'fresh.db'}"
     code = "import sys; from backtest.tracking import prepare_store; print(prepare_store(sys.argv[1], 'race'))"
-    jobs = [subprocess.Popen([sys.executable, "-c", code, uri], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True) for _ in range(3)]
+    jobs = [
+        subprocess.Popen([sys.executable, "-c", code, uri], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
     outputs = [job.communicate(timeout=120) for job in jobs]
     assert [job.returncode for job in jobs] == [0, 0, 0], [err[-500:] for _, err in outputs]
     assert len({out.strip() for out, _ in outputs}) == 1  # one experiment
@@ -167,8 +175,17 @@ def test_flatten_config_dotted_keys_json_lists_and_plain_strings() -> None:
 
 @pytest.mark.parametrize(
     "key",
-    ["token", "tushare.TOKEN", "db.password", "Password", "aws.secret_access_key", "openai.api_key", "apiKey",
-     "gcp.credentials.file", "service_credential"],
+    [
+        "token",
+        "tushare.TOKEN",
+        "db.password",
+        "Password",
+        "aws.secret_access_key",
+        "openai.api_key",
+        "apiKey",
+        "gcp.credentials.file",
+        "service_credential",
+    ],
 )
 def test_secret_keys_are_redacted_case_insensitive(key: str) -> None:
     *parents, leaf = key.split(".")
@@ -242,8 +259,13 @@ def test_guard_markers_outside_the_contract_are_refused(leak_guard: str, feature
 
 def test_git_commit_and_dirty_flag_from_the_project_checkout(tmp_path: Path) -> None:
     assert git_state(tmp_path) == ("unknown", "unknown")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
 
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=tmp_path, env=env, check=True, capture_output=True, text=True).stdout
@@ -299,23 +321,54 @@ def test_run_records_params_metrics_with_steps_tags_and_artifacts(tracker: Track
     assert stored.info.status == "FINISHED"
     assert stored.info.run_name == "lambdarank"
     assert stored.data.params == {"model.name": "lambdarank", "model.lr": "0.05", "tushare.token": "***", "seed": "7"}
-    assert stored.data.metrics == {"sharpe": 0.7, "max_drawdown": -0.25, "n_folds": 3.0, "fold/ic": 0.02,
-                                   "fold/sharpe": 0.25}
+    assert stored.data.metrics == {
+        "sharpe": 0.7,
+        "max_drawdown": -0.25,
+        "n_folds": 3.0,
+        "fold/ic": 0.02,
+        "fold/sharpe": 0.25,
+    }
     assert [(m.step, m.value) for m in client.get_metric_history(run.run_id, "fold/ic")] == [
-        (1, 0.03), (2, -0.01), (3, 0.02)
+        (1, 0.03),
+        (2, -0.01),
+        (3, 0.02),
     ]
     assert [(m.step, m.value) for m in client.get_metric_history(run.run_id, "fold/sharpe")] == [(1, 1.5), (2, 0.25)]
     assert [(m.step, m.value) for m in client.get_metric_history(run.run_id, "sharpe")] == [(0, 0.7)]
     tags = stored.data.tags
-    assert {k: tags[k] for k in ("study", "n_trials", "run_kind", "data_fingerprint", "feature_fingerprint",
-                                 "leak_guard", "feature_audit", "comparable", "leak_demo", "git_commit",
-                                 "git_dirty")} == {
-        "study": "s1", "n_trials": "4", "run_kind": "backtest", "data_fingerprint": "data-abc",
-        "feature_fingerprint": "feat-123", "leak_guard": "passed", "feature_audit": "passed",
-        "comparable": "true", "leak_demo": "false", "git_commit": "unknown", "git_dirty": "unknown",
+    assert {
+        k: tags[k]
+        for k in (
+            "study",
+            "n_trials",
+            "run_kind",
+            "data_fingerprint",
+            "feature_fingerprint",
+            "leak_guard",
+            "feature_audit",
+            "comparable",
+            "leak_demo",
+            "git_commit",
+            "git_dirty",
+        )
+    } == {
+        "study": "s1",
+        "n_trials": "4",
+        "run_kind": "backtest",
+        "data_fingerprint": "data-abc",
+        "feature_fingerprint": "feat-123",
+        "leak_guard": "passed",
+        "feature_audit": "passed",
+        "comparable": "true",
+        "leak_demo": "false",
+        "git_commit": "unknown",
+        "git_dirty": "unknown",
     }
     assert run.list_artifacts() == [
-        "config/config.yaml", "data/returns.parquet", "leakage/purge.json", "reports/equity.png",
+        "config/config.yaml",
+        "data/returns.parquet",
+        "leakage/purge.json",
+        "reports/equity.png",
         "reports/tearsheet.html",
     ]
     config_text = Path(client.download_artifacts(run.run_id, "config/config.yaml", str(tmp_path))).read_text()
@@ -486,7 +539,10 @@ def test_tracker_logs_through_a_real_mlflow_server(server_backend: str, tmp_path
     log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(
         server_command(server_backend, port=port, artifacts=tmp_path / "served-artifacts"),
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=server_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env=server_env(),
     )
     uri = f"http://127.0.0.1:{port}"
     try:

@@ -44,8 +44,9 @@ def _uri(store: Path) -> str:
 
 
 def _fold_metrics() -> pd.DataFrame:
-    return pd.DataFrame({"rank_ic": [0.03, -0.01, 0.02], "ic": [0.02, 0.0, 0.01]},
-                        index=pd.Index([0, 1, 2], name="fold"))
+    return pd.DataFrame(
+        {"rank_ic": [0.03, -0.01, 0.02], "ic": [0.02, 0.0, 0.01]}, index=pd.Index([0, 1, 2], name="fold")
+    )
 
 
 def _sweep(tracker: Tracker, study: str, n: int = 2, *, nested: bool = True) -> tuple[str, list[str], list[str]]:
@@ -54,8 +55,7 @@ def _sweep(tracker: Tracker, study: str, n: int = 2, *, nested: bool = True) -> 
     ids, names = [], []
     for trial in range(n):
         name = f"{study} seed={trial}"
-        with tracker.start_run(name, parent_run_id=parent.run_id if nested else None, study=study,
-                               n_trials=n) as run:
+        with tracker.start_run(name, parent_run_id=parent.run_id if nested else None, study=study, n_trials=n) as run:
             run.log_fold_metrics(_fold_metrics())
         ids.append(run.run_id)
         names.append(name)
@@ -137,7 +137,8 @@ def test_links_without_a_study_or_an_experiment(store: Path) -> None:
 
 def test_url_formats_match_the_ui_routes() -> None:
     assert compare_url(BASE, ["r1"], ["3"]) == (
-        f"{BASE}/#/compare-runs?runs=%5B%22r1%22%5D&experiments=%5B%223%22%5D&workflowType=machine_learning")
+        f"{BASE}/#/compare-runs?runs=%5B%22r1%22%5D&experiments=%5B%223%22%5D&workflowType=machine_learning"
+    )
     assert experiment_url(BASE + "/", "3") == f"{BASE}/#/experiments/3/runs?workflowType=machine_learning"
 
 
@@ -178,8 +179,7 @@ def test_the_lean_server_runs_as_two_processes_and_answers(tmp_path: Path) -> No
         assert len(processes) == 2, processes  # mlflow server + uvicorn; no job runner, no huey consumers
         with urllib.request.urlopen(f"{server.url}/health", timeout=10) as response:
             assert response.status == 200
-        request = urllib.request.Request(
-            f"{server.url}/api/2.0/mlflow/experiments/get-by-name?experiment_name=served")
+        request = urllib.request.Request(f"{server.url}/api/2.0/mlflow/experiments/get-by-name?experiment_name=served")
         with urllib.request.urlopen(request, timeout=10) as response:
             experiment = json.load(response)["experiment"]
         tags = {tag["key"]: tag["value"] for tag in experiment.get("tags", [])}
