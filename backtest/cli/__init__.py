@@ -3,11 +3,12 @@
 The only package that imports hydra and omegaconf. This file holds the main job's flow; each other
 concern has its module here:
 
-- :mod:`~backtest.cli.compose`: every part built from its config group (``_convert_="all"``), the panel;
+- :mod:`~backtest.cli.compose`: every part built from its config group, the panel, the run's name and tags;
 - :mod:`~backtest.cli.errors`: Hydra's and the library's errors as one line with a fix, exit status 2;
 - :mod:`~backtest.cli.sweep`: a multirun as one study (the ``SweepTracking`` callback), a job's trial;
 - :mod:`~backtest.cli.argv`: secrets refused on the command line before Hydra saves it;
-- :mod:`~backtest.cli.progress`: the folds' progress bar, the stage timings, the stop signals.
+- :mod:`~backtest.cli.progress`: the folds' progress bar, the stage timings, the stop signals;
+- :mod:`~backtest.cli.summary`: the summary printed at the end.
 
 Library code gets plain objects: the engine plans and runs the backtest, :func:`backtest.record.record_run`
 records it (in the fallback store if the tracking store stops answering), and the summary is printed.
@@ -23,14 +24,15 @@ from typing import Any
 
 import hydra
 from hydra.errors import HydraException, InstantiationException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from backtest import PROJECT_DIR
 from backtest.cli.argv import keep_secrets_off_the_command_line
-from backtest.cli.compose import CONF_DIR, build_parts, load_panel
+from backtest.cli.compose import CONF_DIR, build_parts, load_panel, run_identity
 from backtest.cli.errors import refuse, user_error
 from backtest.cli.progress import FoldProgress, log_stage_seconds, stop_on_signals
+from backtest.cli.summary import print_summary
 from backtest.cli.sweep import sweep_trial
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.errors import BacktestError, FeatureAuditError, LeakageError
@@ -44,12 +46,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     trial = sweep_trial()
     from backtest.data.synthetic import oracle_scores
     from backtest.engine import plan_backtest, run_backtest
-    from backtest.leakage import is_comparable
-    from backtest.record import RunIdentity, record_guard_failure, record_run
-    from backtest.reports.summary import RunSummary, summarize_panel, summary_text
+    from backtest.record import record_guard_failure, record_run
+    from backtest.reports.summary import summarize_panel
     from backtest.study import trial_sharpe_var
-    from backtest.tracking import ARTIFACTS, Tracker, config_key
-    from backtest.tracking.ui import ui_command
+    from backtest.tracking import Tracker
 
     parts = build_parts(cfg)  # every part first: a config mistake must surface before any expensive work
     t0 = time.perf_counter()
@@ -59,27 +59,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     # Labels and folds next: a schedule the data cannot serve is refused before the store is touched.
     plan = plan_backtest(panel, label=parts.label, schedule=parts.schedule, portfolio=parts.portfolio)
 
-    config, tracking = OmegaConf.to_container(cfg, resolve=True), parts.tracking
-    leak_demo = bool(parts.schedule.leak_demo)
-    tags = {"leak_demo": str(leak_demo).lower(), "config_key": config_key(config)}
-    tracker = Tracker.from_config(tracking, PROJECT_DIR)
-    tracker.end_stale_runs(tags["config_key"])
-    model_name = cfg.model._target_.rsplit(".", 1)[-1]
-    run_name = tracking.run_name or f"{model_name}-{parts.features.name}" + ("-LEAK-DEMO" if leak_demo else "")
-    if trial:  # a job of a sweep: named after the values it was given
-        run_name = f"{run_name} {trial['trial']}" if trial["trial"] else run_name
-        tags.update(trial)
-    identity = RunIdentity(
-        run_name,
-        config,
-        tags,
-        data_fingerprint=data_fp,
-        leak_demo=leak_demo,
-        study=tracking.study,
-        n_trials=int(tracking.n_trials or 1),
-        parent_run_id=tracking.parent_run_id,
-        sweep_job=bool(trial),
-    )
+    identity = run_identity(cfg, parts, data_fp, trial)
+    tracker = Tracker.from_config(parts.tracking, PROJECT_DIR)
+    tracker.end_stale_runs(identity.tags["config_key"])
     progress = FoldProgress()
     with identity.open(tracker) as mlrun:
         progress.run = mlrun
@@ -101,27 +83,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             raise
         finally:
             progress.close()
+        fallback = parts.tracking.fallback_uri
         recorded = record_run(
-            tracker, mlrun, result, identity, reports=parts.reports, fallback=tracking.fallback_uri, lost=progress.lost
+            tracker, mlrun, result, identity, reports=parts.reports, fallback=fallback, lost=progress.lost
         )
-    print(
-        summary_text(
-            result.portfolio.returns,
-            result.portfolio.benchmark_returns,
-            result.metrics,
-            RunSummary(
-                n_folds=len(result.records),
-                n_features=len(result.feature_names),
-                ndcg_depth=result.ndcg_depth,
-                leak_guard=result.leak_guard,
-                feature_audit=result.feature_audit,
-                comparable=is_comparable(result.leak_guard, result.feature_audit),
-                run_id=recorded.run_id,
-                tearsheet_uri=f"{recorded.artifact_uri}/{ARTIFACTS.report('tearsheet')}",
-                ui=ui_command(recorded.store_uri),
-            ),
-        )
-    )
+    print_summary(result, recorded)
     log_stage_seconds(result.timings)
     return {
         "run_id": recorded.run_id,

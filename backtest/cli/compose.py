@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from backtest import PROJECT_DIR
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from backtest.features.sets import FeatureSetSpec
     from backtest.labels import LabelSpec
     from backtest.portfolio import PortfolioSpec
-    from backtest.record import ReportChoice
+    from backtest.record import ReportChoice, RunIdentity
     from backtest.splits import RollingSchedule
     from backtest.tracking import TrackingConfig
 
@@ -85,3 +85,30 @@ def load_panel(cfg: DictConfig) -> tuple[pd.DataFrame, SyntheticMarket | None]:
 
     built = build(cfg.data)
     return (built.panel, built) if isinstance(built, SyntheticMarket) else (built, None)
+
+
+def run_identity(cfg: DictConfig, parts: Parts, data_fingerprint: str, trial: dict[str, str]) -> RunIdentity:
+    """What the main job's run is called and carries: its name (the model and feature set, a sweep job's
+    values, ``-LEAK-DEMO`` for a leakage demonstration), the resolved config, and the tags it opens with
+    (``leak_demo``, ``config_key``; a sweep job's ``trial`` and ``trial_num``)."""
+    from backtest.record import RunIdentity
+    from backtest.tracking import config_key
+
+    config, tracking = OmegaConf.to_container(cfg, resolve=True), parts.tracking
+    leak_demo = bool(parts.schedule.leak_demo)
+    tags = {"leak_demo": str(leak_demo).lower(), "config_key": config_key(config), **trial}
+    model_name = cfg.model._target_.rsplit(".", 1)[-1]
+    name = tracking.run_name or f"{model_name}-{parts.features.name}" + ("-LEAK-DEMO" if leak_demo else "")
+    if trial.get("trial"):  # a job of a sweep: named after the values it was given
+        name = f"{name} {trial['trial']}"
+    return RunIdentity(
+        name,
+        config,
+        tags,
+        data_fingerprint=data_fingerprint,
+        leak_demo=leak_demo,
+        study=tracking.study,
+        n_trials=int(tracking.n_trials or 1),
+        parent_run_id=tracking.parent_run_id,
+        sweep_job=bool(trial),
+    )

@@ -1,0 +1,31 @@
+"""The summary the main job prints when it ends: its headline metrics beside equal weight's, the guards'
+verdicts, and where the run, its tearsheet and the UI are (:func:`backtest.reports.summary.summary_text`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from backtest.engine import BacktestResult
+    from backtest.record import RecordedRun
+
+
+def print_summary(result: BacktestResult, recorded: RecordedRun) -> None:
+    """Print the summary of ``result``, recorded as ``recorded``, on standard output (the CLI's choice)."""
+    from backtest.leakage import is_comparable
+    from backtest.reports.summary import RunSummary, summary_text
+    from backtest.tracking import ARTIFACTS
+    from backtest.tracking.ui import ui_command
+
+    run = RunSummary(
+        n_folds=len(result.records),
+        n_features=len(result.feature_names),
+        ndcg_depth=result.ndcg_depth,
+        leak_guard=result.leak_guard,
+        feature_audit=result.feature_audit,
+        comparable=is_comparable(result.leak_guard, result.feature_audit),
+        run_id=recorded.run_id,
+        tearsheet_uri=f"{recorded.artifact_uri}/{ARTIFACTS.report('tearsheet')}",
+        ui=ui_command(recorded.store_uri),
+    )
+    print(summary_text(result.portfolio.returns, result.portfolio.benchmark_returns, result.metrics, run))
