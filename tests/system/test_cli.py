@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from backtest.statistics import dsr, expected_max_sharpe
 from backtest.tracking import ARTIFACTS
 from backtest.tracking.layout import COMPARE_IMAGES
 from backtest.tracking.ui import ui_command
-from tests.system.tiny_market import TINY
+from tests.system.tiny_market import TINY, main_job
 
 EXPERIMENTS = sorted(p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml"))
 
@@ -118,41 +117,22 @@ def _all_artifacts(client: MlflowClient, run_id: str, path: str | None = None) -
     return found
 
 
-def _cli(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "backtest",
-            *args,
-            f"hydra.run.dir={tmp_path / 'run'}",
-            f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        cwd=tmp_path,
-    )
-
-
 def test_purge_off_without_leak_demo_is_refused_before_any_work(tmp_path: Path) -> None:
-    proc = _cli(["backtest.purge=false", f"tracking.uri=sqlite:///{tmp_path / 'x.db'}"], tmp_path)
+    proc = main_job(["backtest.purge=false", f"tracking.uri=sqlite:///{tmp_path / 'x.db'}"], tmp_path)
     assert proc.returncode == 2
     assert "leak_demo" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "x.db").exists()  # refused before the store was touched
 
 
 def test_unknown_option_is_a_clear_error(tmp_path: Path) -> None:
-    proc = _cli(["features=nonexistent"], tmp_path)
+    proc = main_job(["features=nonexistent"], tmp_path)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "nonexistent" in proc.stderr
 
 
 def test_a_failing_sweep_job_stops_the_sweep_and_fails_its_parent_run(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'stopped.db'}"
-    proc = _cli(["-m", *TINY, "backtest.embargo=2,-1", f"tracking.uri={uri}"], tmp_path)
+    proc = main_job(["-m", *TINY, "backtest.embargo=2,-1", f"tracking.uri={uri}"], tmp_path)
     assert proc.returncode == 2 and "embargo must be >= 0" in proc.stderr and "Traceback" not in proc.stderr
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("rankbacktest").experiment_id])
@@ -164,7 +144,7 @@ def test_a_failing_sweep_job_stops_the_sweep_and_fails_its_parent_run(tmp_path: 
 
 def test_sweep_groups_child_runs_under_one_parent(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'sweep.db'}"
-    proc = _cli(["-m", *TINY, "features=all,no_volatility", f"tracking.uri={uri}"], tmp_path)
+    proc = main_job(["-m", *TINY, "features=all,no_volatility", f"tracking.uri={uri}"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("rankbacktest")
@@ -262,7 +242,7 @@ def test_sweep_groups_child_runs_under_one_parent(tmp_path: Path) -> None:
 
 def test_a_portfolio_depth_sweep_names_its_trials_and_reports_one_ndcg_key(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'depth.db'}"
-    proc = _cli(["-m", *TINY, "portfolio.top_k=3,5", f"tracking.uri={uri}"], tmp_path)
+    proc = main_job(["-m", *TINY, "portfolio.top_k=3,5", f"tracking.uri={uri}"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("rankbacktest").experiment_id])
@@ -280,14 +260,14 @@ def test_a_portfolio_depth_sweep_names_its_trials_and_reports_one_ndcg_key(tmp_p
 
 
 def test_a_study_config_without_multirun_is_refused(tmp_path: Path) -> None:
-    proc = _cli(["+study=volatility", f"tracking.uri=sqlite:///{tmp_path / 'x.db'}"], tmp_path)
+    proc = main_job(["+study=volatility", f"tracking.uri=sqlite:///{tmp_path / 'x.db'}"], tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "fix: python -m backtest -m +study=volatility" in proc.stderr
     assert not (tmp_path / "x.db").exists()
 
 
 def test_a_label_the_model_cannot_learn_from_is_refused_when_composed(tmp_path: Path) -> None:
-    proc = _cli(["label=raw", "model=lambdarank", f"tracking.uri=sqlite:///{tmp_path / 'x.db'}"], tmp_path)
+    proc = main_job(["label=raw", "model=lambdarank", f"tracking.uri=sqlite:///{tmp_path / 'x.db'}"], tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "cannot learn from label.processing=raw" in proc.stderr and "fix: label=default" in proc.stderr
     assert not (tmp_path / "x.db").exists()  # refused before the store was touched

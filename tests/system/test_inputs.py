@@ -11,7 +11,6 @@ import base64
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -35,26 +34,7 @@ from backtest.splits import RollingSchedule
 from backtest.tracking.redaction import flatten_config, is_secret_key, redact_uri
 from backtest.tracking.store import ENV_PASSWORD, ENV_USERNAME, _check_server, resolve_tracking_uri
 from models.lambdarank import LambdaRankConfig, LambdaRankRanker
-
-
-def _cli(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})}
-    full_env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "backtest",
-            *args,
-            f"hydra.run.dir={tmp_path / 'run'}",
-            f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        ],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=300,
-        cwd=tmp_path,
-    )
+from tests.system.tiny_market import main_job
 
 
 def _refused(proc: subprocess.CompletedProcess, *words: str) -> str:
@@ -80,13 +60,13 @@ def _refused(proc: subprocess.CompletedProcess, *words: str) -> str:
     ],
 )
 def test_a_composition_error_exits_2_in_one_line(tmp_path: Path, override: str, words: list[str]) -> None:
-    err = _refused(_cli([override], tmp_path), *words)
+    err = _refused(main_job([override], tmp_path), *words)
     assert len(err.strip().splitlines()) == 2  # the error and its fix
     assert not (tmp_path / "run").exists()
 
 
 def test_a_key_an_experiment_sets_names_the_experiment(tmp_path: Path) -> None:
-    proc = _cli(
+    proc = main_job(
         ["experiment=smoke", "data=csv", "data.path=x.csv", "engine.feature_cache=false", "engine.checkpoints=false"],
         tmp_path,
     )
@@ -153,7 +133,7 @@ def test_an_unwritable_cache_is_refused_before_any_work(tmp_path: Path, how: str
 
 def test_an_unwritable_cache_exits_2_at_the_command_line(tmp_path: Path) -> None:
     root = _unwritable(tmp_path, "under a file")
-    proc = _cli([f"engine.cache_dir={root}", f"tracking.uri=sqlite:///{tmp_path / 'x.db'}"], tmp_path)
+    proc = main_job([f"engine.cache_dir={root}", f"tracking.uri=sqlite:///{tmp_path / 'x.db'}"], tmp_path)
     _refused(proc, "cannot be written", "engine.feature_cache=false")
     assert not (tmp_path / "x.db").exists()  # refused before the store was touched
 
@@ -314,7 +294,7 @@ def test_the_server_check_logs_in_with_the_uri_credentials(login_server: str, mo
     "override", ["+data.token=abc123secret", "tracking.uri=postgresql://bob:abc123secret@db/mlflow"]
 )
 def test_a_secret_override_is_refused_before_hydra_writes_it(tmp_path: Path, override: str) -> None:
-    proc = _cli(
+    proc = main_job(
         [override, f"tracking.uri=sqlite:///{tmp_path / 'x.db'}"] if "tracking.uri" not in override else [override],
         tmp_path,
     )

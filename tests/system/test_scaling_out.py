@@ -15,7 +15,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from backtest.reports.study import STUDY_REPORT_FILES
-from tests.system.tiny_market import TINY
+from tests.system.tiny_market import TINY, main_job
+
+
+def _sweep_job(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    return main_job(["-m", *TINY, "features=all,no_volatility", *args], tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -37,27 +41,6 @@ def test_the_launcher_configs_compose_onto_submitit(launcher: str, target: str, 
     assert {k: node[k] for k in fields} == fields
     # submitit's pickles and logs go with the sweep's folder (the one the nodes must share)
     assert node.submitit_folder == f"{cfg.hydra.sweep.dir}/.submitit/%j"
-
-
-def _sweep(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "backtest",
-            "-m",
-            *TINY,
-            "features=all,no_volatility",
-            *args,
-            f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        cwd=tmp_path,
-    )
 
 
 def _check_study(client: MlflowClient) -> tuple[object, list]:
@@ -86,7 +69,7 @@ def _check_study(client: MlflowClient) -> tuple[object, list]:
 def test_a_study_through_submitit_local_lands_whole_in_one_store(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'shared.db'}"
     t0 = time.perf_counter()
-    proc = _sweep([f"tracking.uri={uri}", "tracking.study=rehearsal", "hydra/launcher=rehearsal"], tmp_path)
+    proc = _sweep_job([f"tracking.uri={uri}", "tracking.study=rehearsal", "hydra/launcher=rehearsal"], tmp_path)
     seconds = time.perf_counter() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
     parent, children = _check_study(MlflowClient(uri))
@@ -143,7 +126,7 @@ def test_a_sweep_into_the_team_store_is_read_back_from_postgresql(tmp_path: Path
             assert team.poll() is None and time.monotonic() < deadline, (tmp_path / "team.log").read_text()
             time.sleep(0.5)
         t0 = time.perf_counter()
-        proc = _sweep(["tracking=server", f"tracking.uri={uri}", "tracking.study=team"], tmp_path)
+        proc = _sweep_job(["tracking=server", f"tracking.uri={uri}", "tracking.study=team"], tmp_path)
         seconds = time.perf_counter() - t0
         assert proc.returncode == 0, proc.stderr[-3000:]
         parent, children = _check_study(MlflowClient(uri))

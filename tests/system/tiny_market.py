@@ -1,4 +1,5 @@
-"""The tiny market as Hydra overrides: the one spelling that the system tests pass to ``python -m backtest``.
+"""The tiny market as Hydra overrides: the one spelling that the system tests pass to ``python -m backtest``,
+and :func:`main_job`, the one way they start it.
 
 ``TINY_MARKET`` shrinks the synthetic market (60 stocks, 40 index members, from 2023-06-01, tested from
 2025-09-01) and keeps the feature cache and the fold checkpoints off; a test that runs a configured
@@ -7,6 +8,11 @@ schedule, a small LambdaRank on one thread, no tearsheet.
 """
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 TINY_MARKET = [
     "data.n_stocks=60",
@@ -26,3 +32,13 @@ TINY = [
     "model.config.num_threads=1",
     "tracking.tearsheet=false",
 ]
+
+
+def main_job(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python -m backtest ARGS`` in a fresh process started in ``tmp_path``, its run and sweep folders there,
+    as a user sees it (``HYDRA_FULL_ERROR`` unset; ``env`` added to the environment); output captured."""
+    full_env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})}
+    full_env.pop("HYDRA_FULL_ERROR", None)
+    command = [sys.executable, "-m", "backtest", *args]
+    command += [f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=600, cwd=tmp_path)
