@@ -41,7 +41,7 @@ log = logging.getLogger("backtest")
 def run(cfg: DictConfig) -> dict[str, Any]:
     """The main job: compose, build, run under the guards, record in MLflow, print the summary."""
     stop_on_signals()
-    trial = sweep_trial()
+    trial = sweep_trial(cfg)
     from backtest.data.synthetic import oracle_scores
     from backtest.engine import plan_backtest, run_backtest
     from backtest.leakage import is_comparable

@@ -31,13 +31,18 @@ ENV_STUDY = "RANKBACKTEST_STUDY"
 ENV_SWEPT = "RANKBACKTEST_SWEPT_KEYS"
 
 
-def sweep_trial() -> dict[str, str]:
+def sweep_trial(cfg: DictConfig | None = None) -> dict[str, str]:
     """In a job of a sweep, its tags ``trial`` (the values of the swept keys it was given, its name in the
     study) and ``trial_num`` (its job number); {} outside a sweep. A study config without ``-m`` is
-    refused: it would run its defaults alone."""
+    refused: it would run its defaults alone; so is a study whose ``study.primary`` is not a comparison
+    statistic (Hydra only warns when the sweep callback raises, so each job refuses it before it runs)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    if cfg is not None and cfg.get("study") is not None:
+        from backtest.study import DEFAULT_PRIMARY, check_primary
+
+        check_primary(cfg.study.get("primary", DEFAULT_PRIMARY))
     if not HydraConfig.initialized():
         return {}
     hc = HydraConfig.get()
@@ -69,14 +74,15 @@ class SweepTracking(Callback):
         self.sweep = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from backtest.study import DEFAULT_PBO_BLOCKS, Sweep, open_sweep, study_name
+        from backtest.study import DEFAULT_PBO_BLOCKS, DEFAULT_PRIMARY, Sweep, check_primary, open_sweep, study_name
         from backtest.tracking import Tracker
 
+        study_cfg = config.get("study") or {}
+        primary = check_primary(study_cfg.get("primary", DEFAULT_PRIMARY))  # before the store or any job
         tracking_cfg = build(config.tracking)
         self.tracker = Tracker.from_config(tracking_cfg, PROJECT_DIR)
         overrides = sweep_overrides(config)
         parsed = OverridesParser.create().parse_overrides(overrides)
-        study_cfg = config.get("study") or {}
         self.sweep = Sweep(
             study=study_name(tracking_cfg.study),
             n_trials=sweep_size(overrides),
@@ -85,6 +91,7 @@ class SweepTracking(Callback):
             command=" ".join(["python -m backtest", *sys.argv[1:]]),
             description=str(study_cfg.get("description", "")),
             pbo_blocks=int(study_cfg.get("pbo_blocks", DEFAULT_PBO_BLOCKS)),
+            primary=primary,
         )
         self.parent = open_sweep(self.tracker, self.sweep)
         os.environ[ENV_PARENT] = self.parent.run_id
