@@ -18,7 +18,9 @@ A study is every backtest run tagged with one ``study`` name. It is usually a na
 
 The first value of each swept key is the **baseline** the other trials are compared with. The number of
 trials is the number of distinct configurations the study holds (tag ``config_key``), failed ones
-included: rerunning a study does not inflate it, trying one more variant under its name does.
+included: rerunning a study does not inflate it, trying one more variant under its name does. A sweep over
+the model ``seed`` (the market pinned: ``data.seed=42``) makes seed replicates: one trial per
+configuration (tag ``trial_key``), its seeds' mean in the report, with their spread.
 
 From the store, later: ``python -m backtest.study list`` and ``python -m backtest.study report NAME
 [--out DIR]`` (the report rebuilt and logged on the study's latest parent run again).
@@ -56,6 +58,9 @@ STUDY_TABLE = {
     "p_holm": "Holm p",
     "mde_rank_ic": "MDE rank IC",
     "days_to_resolve": "days to resolve",
+    "n_seeds": "seeds",
+    "rank_ic_seed_sd": "rank IC seed sd",
+    "sharpe_seed_sd": "Sharpe seed sd",
     "dsr": "DSR",
 }
 #: Blocks of the PBO's CSCV unless ``study.pbo_blocks`` says otherwise.
@@ -118,6 +123,7 @@ class Sweep:
     description : the study config's ``study.description``.
     pbo_blocks : blocks of the PBO's combinatorially symmetric cross-validation (``study.pbo_blocks``).
     primary : the statistic the verdicts rest on (``study.primary``: ``rank_ic``, ``ndcg`` or ``sharpe``).
+    n_seeds : model seeds each trial runs with (a sweep over ``seed``: replicates, not trials); 1 without.
     """
 
     study: str
@@ -128,6 +134,7 @@ class Sweep:
     description: str = ""
     pbo_blocks: int = DEFAULT_PBO_BLOCKS
     primary: str = DEFAULT_PRIMARY
+    n_seeds: int = 1
     git_commit: str = field(default="", compare=False)
 
 
@@ -152,8 +159,9 @@ def trial_label(task_overrides: Sequence[str], swept: Sequence[str]) -> str:
 def open_sweep(tracker: Tracker, sweep: Sweep) -> TrackedRun:
     """Open the parent run of a sweep (ended by :func:`close_sweep`); it records how it was launched."""
     commit, dirty = git_state(PROJECT_DIR)
+    seeds = f" x {sweep.n_seeds} seeds" if sweep.n_seeds > 1 else ""
     parent = tracker.create_run(
-        f"{sweep.study} ({sweep.n_trials} trials)",
+        f"{sweep.study} ({sweep.n_trials} trials{seeds})",
         study=sweep.study,
         n_trials=sweep.n_trials,
         kind="sweep",
@@ -185,12 +193,16 @@ def trial_sharpe_var(tracker: Tracker, study: str | None) -> float:
 
 def study_trials(tracker: Tracker, study: str) -> tuple[pd.DataFrame, int]:
     """The finished trials of ``study`` (the latest run of each configuration, in sweep order: job
-    number, then start time) and the number of configurations tried (failed and killed ones included)."""
+    number, then start time) and the number of configurations tried (failed and killed ones included).
+
+    Seed replicates of one trial (tag ``trial_key``: its configuration without the model seed) are kept
+    apart as runs but count as one configuration."""
     runs = tracker.study_runs(study)
     if not len(runs):
         return runs, 0
     key = runs["tags.config_key"].fillna(runs.index.to_series()) if "tags.config_key" in runs else runs.index
-    n_configs = int(pd.Series(key).nunique())
+    configuration = runs["tags.trial_key"].fillna(pd.Series(key, index=runs.index)) if "tags.trial_key" in runs else key
+    n_configs = int(pd.Series(configuration).nunique())
     finished = runs[runs["status"] == "FINISHED"]
     finished = finished.loc[~pd.Series(key, index=runs.index)[finished.index].duplicated(keep="last")]
     order = pd.to_numeric(
@@ -232,30 +244,79 @@ def build_report(
         )
     labels = _trial_labels(runs)
     strategy, benchmarks, ranking, folds = {}, {}, {}, {}
-    for run_id, label in labels.items():
+    for run_id in runs.index:
         run = tracker.attach(run_id)
         daily = run.load_frame(ARTIFACTS.daily_returns)
-        strategy[label], benchmarks[label] = daily["strategy"], daily["equal_weight"]
-        ranking[label] = run.load_frame(ARTIFACTS.daily_ranking, missing_ok=True)
+        strategy[run_id], benchmarks[run_id] = daily["strategy"], daily["equal_weight"]
+        ranking[run_id] = run.load_frame(ARTIFACTS.daily_ranking, missing_ok=True)
         fold_metrics = run.load_frame(ARTIFACTS.fold_metrics, missing_ok=True)
         if fold_metrics is not None and "rank_ic" in fold_metrics.columns:
-            folds[label] = fold_metrics["rank_ic"]
+            folds[run_id] = fold_metrics["rank_ic"]
     lags = pd.to_numeric(runs.get("params.ic_lags", pd.Series(index=runs.index, dtype=float)), errors="coerce")
-    ic_lags = {labels[run_id]: int(value) for run_id, value in lags.items() if pd.notna(value)}
-    returns = pd.DataFrame(strategy)
-    benchmark = benchmarks[labels.iloc[0]]
-    varied = [c for c in runs.columns if c.startswith("params.") and runs[c].nunique(dropna=False) > 1]
+    groups = {label: list(ids) for label, ids in runs.index.to_series().groupby(labels, sort=False)}
+    names = list(dict.fromkeys(labels))  # in sweep order; the seed replicates of a trial share its name
+    # A trial with seed replicates is their mean: the mean daily return (a book split evenly over the seeds'
+    # books), the mean daily rank IC and NDCG, the mean of each fold's rank IC and of each metric.
+    returns = pd.DataFrame(
+        {name: pd.concat([strategy[i] for i in groups[name]], axis=1).mean(axis=1) for name in names}
+    )
+    benchmark = benchmarks[groups[names[0]][0]]
+    ranking_of = {
+        name: None
+        if any(ranking[i] is None for i in groups[name])
+        else pd.concat([ranking[i] for i in groups[name]]).groupby(level=0).mean()
+        for name in names
+    }
+    fold_rank_ic = {
+        name: pd.concat([folds[i] for i in groups[name]], axis=1).mean(axis=1)
+        for name in names
+        if all(i in folds for i in groups[name])
+    }
+    ic_lags = {name: int(lags[groups[name]].max()) for name in names if lags[groups[name]].notna().any()}
+    replicate_keys = {
+        c
+        for c in runs.columns
+        if c.startswith("params.") and any(runs.loc[ids, c].nunique(dropna=False) > 1 for ids in groups.values())
+    }
+    varied = [
+        c
+        for c in runs.columns
+        if c.startswith("params.") and c not in replicate_keys and runs[c].nunique(dropna=False) > 1
+    ]
+    first = runs.loc[[groups[name][0] for name in names]]
+    metric = {
+        k: runs.get(f"metrics.{k}", pd.Series(float("nan"), index=runs.index)).groupby(labels, sort=False).mean()
+        for k in TRIAL_RUN_METRICS
+    }
+    minutes = (runs["end_time"] - runs["start_time"]).dt.total_seconds() / 60  # wall time of the run
     trial_metrics = pd.DataFrame(
         {
-            **{k: runs.get(f"metrics.{k}", pd.Series(float("nan"), index=runs.index)) for k in TRIAL_RUN_METRICS},
-            **{c.removeprefix("params."): runs[c] for c in varied},
-            "comparable": runs.get("tags.comparable", pd.Series("", index=runs.index)),
-            "minutes": (runs["end_time"] - runs["start_time"]).dt.total_seconds() / 60,  # wall time of the run
+            **{k: v.reindex(names).to_numpy() for k, v in metric.items()},
+            **{c.removeprefix("params."): first[c].to_numpy() for c in varied},
+            "comparable": first.get("tags.comparable", pd.Series("", index=first.index)).to_numpy(),
+            "minutes": minutes.groupby(labels, sort=False).sum().reindex(names).to_numpy(),
             "resumed_folds": pd.to_numeric(
                 runs.get("tags.resumed_folds", pd.Series(index=runs.index, dtype=float)), errors="coerce"
-            ),  # folds read from checkpoints, not computed
-        }
-    ).set_axis(labels.to_numpy())
+            )
+            .groupby(labels, sort=False)
+            .sum()
+            .reindex(names)
+            .to_numpy(),  # folds read from checkpoints, not computed
+        },
+        index=names,
+    )
+    seed_spread = None
+    if any(len(ids) > 1 for ids in groups.values()):
+        seed_spread = pd.DataFrame(
+            {
+                "n_seeds": [len(groups[name]) for name in names],
+                **{
+                    f"{key}_seed_sd": [_seed_sd(runs, groups[name], metric) for name in names]
+                    for key, metric in (("rank_ic", "rank_ic_mean"), ("ndcg", "ndcg"), ("sharpe", "sharpe"))
+                },
+            },
+            index=names,
+        )
     title = f"Study {study}" + (f": {description}" if description else "")
     report = build_study_report(
         returns,
@@ -265,19 +326,28 @@ def build_report(
         n_trials=max(n_trials, n_configs),
         baseline=labels.iloc[0],
         n_blocks=pbo_blocks,
-        daily_ranking=ranking,
+        daily_ranking=ranking_of,
         ic_lags=ic_lags,
         primary=primary,
-        fold_rank_ic=pd.DataFrame(folds) if folds else None,
+        fold_rank_ic=pd.DataFrame(fold_rank_ic) if fold_rank_ic else None,
+        seed_spread=seed_spread,
     )
     return report, runs.assign(trial=labels)
 
 
+def _seed_sd(runs: pd.DataFrame, ids: list[str], metric: str) -> float:
+    """Standard deviation (ddof=1) of one metric over a trial's seed replicates; NaN for one seed."""
+    values = pd.to_numeric(runs.get(f"metrics.{metric}", pd.Series(index=runs.index, dtype=float)), errors="coerce")
+    return float(values[ids].std(ddof=1)) if len(ids) > 1 else float("nan")
+
+
 def _trial_labels(runs: pd.DataFrame) -> pd.Series:
-    """One unique name per trial: its swept values (tag ``trial``), else its run name."""
+    """One name per trial: its swept values (tag ``trial``), else its run name. The seed replicates of a
+    trial (tag ``replicate``) share its name; other runs with the same name get their run id's start."""
     labels = runs.get("tags.trial", pd.Series(index=runs.index, dtype=object)).replace("", None)
     labels = labels.fillna(runs["run_name"].fillna(pd.Series(runs.index, index=runs.index)))
-    duplicated = labels.duplicated(keep=False)
+    replicate = runs.get("tags.replicate", pd.Series(index=runs.index, dtype=object)).fillna("")
+    duplicated = labels.duplicated(keep=False) & ~(replicate != "").groupby(labels).transform("all")
     return labels.where(~duplicated, labels + " [" + pd.Series(runs.index, index=runs.index).str[:8] + "]")
 
 
@@ -329,7 +399,8 @@ def study_metrics(report) -> dict[str, float]:
     }
     for name, row in report.trials.drop(index=report.baseline).iterrows():
         prefix = metric_prefix(name)
-        out.update({f"{prefix}/{key}": float(row[key]) for key in PARENT_COMPARISON_METRICS if key in row})
+        keys = (*PARENT_COMPARISON_METRICS, "n_seeds", "rank_ic_seed_sd", "sharpe_seed_sd", "seed_se")
+        out.update({f"{prefix}/{key}": float(row[key]) for key in keys if key in row})
         verdict = str(row["verdict"])
         out[f"{prefix}/verdict"] = 1.0 if verdict.startswith("better") else -1.0 if verdict.startswith("worse") else 0.0
     return out

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
 
 from backtest.errors import ConfigError
 from backtest.reports.files import STUDY_REPORT_FILES
@@ -136,3 +137,73 @@ def test_a_bad_primary_statistic_is_a_config_error_with_its_fix() -> None:
     assert check_primary("sharpe") == "sharpe"
     with pytest.raises(ConfigError, match=r"received 'IC'\n  fix: study.primary=rank_ic"):
         check_primary("IC")
+
+
+def test_seed_replicates_are_one_trial_in_the_report_and_one_configuration_for_the_dsr(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    tracker = Tracker(uri, "rankbacktest", tmp_path)
+    rng = np.random.default_rng(8)
+    market = pd.Series(rng.normal(0.0004, 0.01, len(DAYS)), index=DAYS)
+    shared = pd.Series(rng.normal(0.04, 0.1, len(DAYS)), index=DAYS)
+    parent = tracker.create_run("mf (2 trials x 3 seeds)", study="mf", n_trials=2, kind="sweep")
+    recorded = {}
+    for num, (label, edge) in enumerate([("features=all", 0.0), ("features=no_moneyflow", -0.01)]):
+        for seed in (1, 2, 3):
+            returns = market + rng.normal(0, 0.002, len(DAYS))
+            daily = pd.DataFrame({"rank_ic": shared + edge + rng.normal(0, 0.01, len(DAYS)), "ndcg": 0.5 + shared / 5})
+            tags = {
+                "trial": label,
+                "trial_num": str(num * 3 + seed - 1),
+                "replicate": f"seed={seed}",
+                "config_key": f"{label}-{seed}",
+                "trial_key": label,
+            }
+            with tracker.start_run(
+                f"{label} seed={seed}", parent_run_id=parent.run_id, study="mf", n_trials=2, tags=tags
+            ) as run:
+                sharpe = float(returns.mean() / returns.std() * np.sqrt(252))
+                run.log_metrics({"sharpe": sharpe, "rank_ic_mean": float(daily["rank_ic"].mean()), "ndcg": 0.5})
+                run.log_params({"ic_lags": 4, "seed": seed, "model.config.seed": seed})
+                run.log_frame(pd.DataFrame({"strategy": returns, "equal_weight": market}), ARTIFACTS.daily_returns)
+                run.log_frame(daily, ARTIFACTS.daily_ranking)
+                recorded[(label, seed)] = (run.run_id, returns, daily, sharpe)
+    parent.end()
+    report_study(tracker, "mf", tmp_path / "report", log_to_store=False)
+    trials = pd.read_csv(tmp_path / "report" / STUDY_REPORT_FILES["trials"], index_col="trial")
+    summary = json.loads((tmp_path / "report" / STUDY_REPORT_FILES["summary"]).read_text())
+    assert list(trials.index) == ["features=all", "features=no_moneyflow"] and summary["n_trials"] == 2
+    assert "seed" not in trials.columns and "model.config.seed" not in trials.columns  # replicates, not config
+    row = trials.loc["features=no_moneyflow"]
+    assert row["n_seeds"] == 3
+    sharpes = [recorded[("features=no_moneyflow", s)][3] for s in (1, 2, 3)]
+    assert row["sharpe_seed_sd"] == pytest.approx(np.std(sharpes, ddof=1), rel=1e-9)
+    # the trial is its seeds' mean: mean daily returns, mean daily rank IC
+    mean_ic = {
+        label: pd.concat([recorded[(label, s)][2]["rank_ic"] for s in (1, 2, 3)], axis=1).mean(axis=1)
+        for label in ("features=all", "features=no_moneyflow")
+    }
+    assert row["rank_ic_diff"] == pytest.approx((mean_ic["features=no_moneyflow"] - mean_ic["features=all"]).mean())
+    mean_returns = pd.concat([recorded[("features=no_moneyflow", s)][1] for s in (1, 2, 3)], axis=1).mean(axis=1)
+    assert row["sharpe"] == pytest.approx(mean_returns.mean() / mean_returns.std() * np.sqrt(252), rel=1e-9)
+    ics = [
+        recorded[(label, s)][2]["rank_ic"].mean()
+        for label in ("features=all", "features=no_moneyflow")
+        for s in (1, 2, 3)
+    ]
+    seed_se = np.sqrt(np.var(ics[:3], ddof=1) / 3 + np.var(ics[3:], ddof=1) / 3)
+    assert row["seed_se"] == pytest.approx(seed_se, rel=1e-9)
+    assert row["verdict"].startswith("worse than baseline (rank IC")  # 0.01 below, well beyond both errors
+
+
+def test_seed_replicates_share_a_trial_key_but_not_a_config_key(compose_config) -> None:
+    from backtest.cli.sweep import trial_key
+    from backtest.tracking import config_key
+
+    def keys(*overrides: str) -> tuple[str, str]:
+        cfg = compose_config(["data.seed=42", *overrides])
+        return trial_key(cfg), config_key(OmegaConf.to_container(cfg, resolve=True))
+
+    one, two, other = keys("seed=1"), keys("seed=2"), keys("seed=1", "features=no_moneyflow")
+    assert one[0] == two[0] and one[1] != two[1]  # the seed is a replicate, not a configuration
+    assert other[0] != one[0]
+    assert keys("seed=1", "data.seed=7")[0] != one[0]  # another market is another configuration

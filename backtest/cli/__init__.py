@@ -67,7 +67,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     model_name = cfg.model._target_.rsplit(".", 1)[-1]
     run_name = tracking.run_name or f"{model_name}-{parts.features.name}" + ("-LEAK-DEMO" if leak_demo else "")
     if trial:  # a job of a sweep: named after the values it was given
-        run_name = f"{run_name} {trial['trial']}" if trial["trial"] else run_name
+        named = " ".join(v for v in (trial["trial"], trial.get("replicate", "")) if v)  # a seed replicate: its seed
+        run_name = f"{run_name} {named}" if named else run_name
         tags.update(trial)
     identity = RunIdentity(
         run_name,

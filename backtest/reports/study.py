@@ -38,6 +38,7 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 import pandas as pd
+from scipy.stats import norm
 
 from backtest import metrics as m
 from backtest.errors import DataContractError, preview
@@ -97,14 +98,30 @@ _DAILY_COLUMN = {"rank_ic": "rank_ic", "ndcg": "ndcg"}
 # Paired comparison with a baseline
 
 
-def _verdict(diff: float, p_holm: float, statistic: str) -> str:
+def _verdict(diff: float, p_holm: float, statistic: str, within_seeds: bool = False) -> str:
     """A trial's verdict: its difference from the baseline on ``statistic`` is resolved when the Holm-adjusted
-    p-value is below :data:`~backtest.statistics.ALPHA`."""
+    p-value is below :data:`~backtest.statistics.ALPHA` and, with seed replicates, the difference stands
+    beyond the seed spread too (``within_seeds`` False)."""
     if not (np.isfinite(diff) and np.isfinite(p_holm)):
         return f"{_VERDICT_UNDEFINED} ({STATISTIC_LABELS[statistic]} difference undefined)"
-    word = (_VERDICT_BETTER if diff > 0 else _VERDICT_WORSE) if p_holm < ALPHA else _VERDICT_NONE
+    resolved = p_holm < ALPHA and not within_seeds
+    word = (_VERDICT_BETTER if diff > 0 else _VERDICT_WORSE) if resolved else _VERDICT_NONE
     p_text = "p < 0.001" if p_holm < 0.001 else f"p = {p_holm:.3f}"
-    return f"{word} ({STATISTIC_LABELS[statistic]}, Holm {p_text})"
+    seeds = ", within the seed spread" if within_seeds and p_holm < ALPHA else ""
+    return f"{word} ({STATISTIC_LABELS[statistic]}, Holm {p_text}{seeds})"
+
+
+def _seed_standard_error(spread: pd.DataFrame | None, name: str, baseline: str, statistic: str) -> float:
+    """The seed spread's standard error of a difference of two trials' seed means:
+    ``sqrt(sd_t^2 / n_t + sd_b^2 / n_b)`` over those with more than one seed (NaN when neither has)."""
+    if spread is None or f"{statistic}_seed_sd" not in spread.columns:
+        return float("nan")
+    parts = [
+        float(spread.at[trial, f"{statistic}_seed_sd"]) ** 2 / float(spread.at[trial, "n_seeds"])
+        for trial in (name, baseline)
+        if trial in spread.index and np.isfinite(float(spread.at[trial, f"{statistic}_seed_sd"]))
+    ]
+    return float(np.sqrt(sum(parts))) if parts else float("nan")
 
 
 def _comparisons(
@@ -117,9 +134,11 @@ def _comparisons(
     n_boot: int,
     seed: int,
     notes: list[str],
+    seed_spread: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per trial: its paired differences from the baseline (rank IC, NDCG, Sharpe), the verdict on
-    ``primary`` with Holm's family-wise control over the trials, and the comparison's power."""
+    ``primary`` with Holm's family-wise control over the trials (and, with seed replicates, beyond the seed
+    spread), and the comparison's power."""
     rows: dict[str, dict[str, object]] = {}
     base_daily = daily.get(baseline)
     for position, name in enumerate(names):
@@ -154,15 +173,18 @@ def _comparisons(
         rows[name] = row
     table = pd.DataFrame.from_dict(rows, orient="index")
     table["p_holm"] = holm_adjust(table["p_value"].to_numpy(np.float64))
-    verdicts, days = [], []
+    verdicts, days, seed_errors = [], [], []
     for name, row in table.iterrows():
         statistic = row["verdict_statistic"]
+        seed_se = _seed_standard_error(seed_spread, name, baseline, statistic)
+        seed_errors.append(float("nan") if name == baseline else seed_se)
         if name == baseline:
             verdicts.append(_VERDICT_BASELINE)
             days.append(float("nan"))
             continue
         diff = row[f"{statistic}_diff"]
-        verdicts.append(_verdict(diff, row["p_holm"], statistic))
+        within = bool(np.isfinite(seed_se) and abs(diff) <= norm.ppf(1 - ALPHA / 2) * seed_se)
+        verdicts.append(_verdict(diff, row["p_holm"], statistic, within))
         unresolved = verdicts[-1].startswith(_VERDICT_NONE)
         days.append(
             days_to_resolve(diff, row[f"{statistic}_diff_se"], int(row[f"{statistic}_diff_days"]))
@@ -170,6 +192,12 @@ def _comparisons(
             else float("nan")
         )
     table["verdict"], table["days_to_resolve"] = verdicts, days
+    if seed_spread is not None:
+        spread = seed_spread.reindex(names)
+        table["n_seeds"] = spread["n_seeds"].fillna(1).astype(int).to_numpy()
+        for column in ("rank_ic_seed_sd", "ndcg_seed_sd", "sharpe_seed_sd"):
+            table[column] = spread[column].to_numpy(np.float64) if column in spread else np.nan
+        table["seed_se"] = seed_errors
     fallback = [n for n in names if n != baseline and table.at[n, "verdict_statistic"] != primary]
     if fallback and primary != "sharpe":
         missing = [n for n in names if daily.get(n) is None]
@@ -284,9 +312,13 @@ COMPARISON_COLUMNS = (
     "mde_rank_ic",
     "days_to_resolve",
 )
+#: With seed replicates (``seed_spread``), after the comparison: each trial's seeds, the spread (ddof=1) of
+#: its seeds' rank IC, NDCG and Sharpe, and the seed standard error of its verdict statistic's difference.
+SEED_COLUMNS = ("n_seeds", "rank_ic_seed_sd", "ndcg_seed_sd", "sharpe_seed_sd", "seed_se")
 #: Columns of :attr:`StudyReport.trials` computed here (``trial_metrics`` supplies the rest).
 _TRIAL_COLUMNS = (
     *COMPARISON_COLUMNS,
+    *SEED_COLUMNS,
     "dsr",
     "sharpe",
     "sharpe_ci_low",
@@ -390,6 +422,7 @@ def build_study_report(
     ic_lags: Mapping[str, int] | None = None,
     primary: str = "rank_ic",
     fold_rank_ic: pd.DataFrame | None = None,
+    seed_spread: pd.DataFrame | None = None,
 ) -> StudyReport:
     """Compare the trials of a sweep on their common test period.
 
@@ -432,6 +465,12 @@ def build_study_report(
     primary : the statistic the verdicts rest on, one of :data:`~backtest.statistics.COMPARISON_STATISTICS`.
     fold_rank_ic : DataFrame fold x trial, optional: each test fold's rank IC (the runs' ``fold/rank_ic``),
         drawn overlaid.
+    seed_spread : DataFrame indexed by trial, optional: with seed replicates (each trial run with several
+        model seeds on one market, its returns and daily series the seeds' means), ``n_seeds`` and the
+        standard deviations (ddof=1) of the seeds' ``rank_ic_seed_sd``, ``ndcg_seed_sd``, ``sharpe_seed_sd``.
+        A difference then counts only if it also stands beyond the seed spread: ``|diff| > z_0.975 *
+        seed_se`` with ``seed_se = sqrt(sd_t^2 / n_t + sd_b^2 / n_b)`` of the verdict statistic, the
+        standard error the seeds' own variation puts on the difference of two seed means.
 
     Returns
     -------
@@ -482,7 +521,16 @@ def build_study_report(
         row.update({key: np.nan for key in TRIAL_RUN_METRICS}, psr=psr(r))
         rows[name] = row
     comparisons = _comparisons(
-        frame, names, baseline, dict(daily_ranking or {}), dict(ic_lags or {}), primary, n_boot, seed, notes
+        frame,
+        names,
+        baseline,
+        dict(daily_ranking or {}),
+        dict(ic_lags or {}),
+        primary,
+        n_boot,
+        seed,
+        notes,
+        seed_spread,
     )
     trials = comparisons.join(pd.DataFrame.from_dict(rows, orient="index"))
     trials.index.name = "trial"
@@ -514,7 +562,8 @@ def build_study_report(
                 trials[key] = column.reindex(names).to_numpy(np.float64)
         for column in _config_columns(trial_metrics, names):
             trials[column] = trial_metrics[column].reindex(names).to_numpy()
-    trials = trials[[*_TRIAL_COLUMNS, *[c for c in trials.columns if c not in _TRIAL_COLUMNS]]]
+    ordered = [c for c in _TRIAL_COLUMNS if c in trials.columns]
+    trials = trials[[*ordered, *[c for c in trials.columns if c not in _TRIAL_COLUMNS]]]
 
     years = (
         pd.concat(
@@ -745,7 +794,8 @@ def _comparison_display(report: StudyReport) -> pd.DataFrame:
         statistic = row["verdict_statistic"]
         on = f"{primary}_diff"
         if name == report.baseline:
-            rows.append({"trial": name, "verdict": _VERDICT_BASELINE, "DSR": _number(row["dsr"], ".2f")})
+            seeds = {"seeds (seed s.e. of the diff)": str(int(row["n_seeds"]))} if "n_seeds" in t.columns else {}
+            rows.append({"trial": name, "verdict": _VERDICT_BASELINE, "DSR": _number(row["dsr"], ".2f"), **seeds})
             continue
         rows.append(
             {
@@ -763,6 +813,11 @@ def _comparison_display(report: StudyReport) -> pd.DataFrame:
                 "DSR": _number(row["dsr"], ".2f"),
                 "MDE rank IC": _number(row["mde_rank_ic"], ".4f"),
                 "days to resolve": _number(row["days_to_resolve"], ",.0f"),
+                **(
+                    {"seeds (seed s.e. of the diff)": f"{int(row['n_seeds'])} ({_number(row['seed_se'], '.4g')})"}
+                    if "n_seeds" in t.columns
+                    else {}
+                ),
             }
         )
     return pd.DataFrame(rows, columns=list(rows[-1])).fillna("")
@@ -869,6 +924,14 @@ def _comparison_text(report: StudyReport) -> str:
         "power at 5% two-sided, 2.80 standard errors; days to resolve: for an unresolved difference, the "
         "test days at which the observed difference would be that detectable (the s.e. shrinking as "
         "1 / sqrt(days))."
+        + (
+            " Seed replicates: each trial's numbers are its seeds' means (returns, daily series); a difference "
+            "counts only if it also stands beyond the seed spread, |diff| > 1.96 x sqrt(sd_trial^2 / n_trial + "
+            "sd_baseline^2 / n_baseline) with sd the standard deviation of the seeds' values of the verdict "
+            "statistic."
+            if "n_seeds" in report.trials.columns
+            else ""
+        )
     )
 
 

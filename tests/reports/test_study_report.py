@@ -391,3 +391,55 @@ def test_configuration_cells_are_short_and_last(tmp_path: Path, study_inputs) ->
     trials = pd.read_csv(tmp_path / STUDY_REPORT_FILES["trials"], index_col="trial")
     assert trials.loc["base", "features.exclude"] == features  # the CSV keeps the full value
     assert list(trials.columns[-2:]) == ["params.model.lr", "features.exclude"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Seed replicates
+
+
+def test_a_difference_within_the_seed_spread_does_not_count(ranking_inputs) -> None:
+    returns, benchmark, daily, lags, _ = ranking_inputs
+    edge_diff = build_study_report(returns, benchmark, title="x", daily_ranking=daily, ic_lags=lags, n_boot=50)
+    edge = edge_diff.trials.loc["edge", "rank_ic_diff"]  # about +0.015, resolved by the daily noise alone
+    spread = pd.DataFrame(
+        {
+            "n_seeds": [3, 3, 3, 1],
+            "rank_ic_seed_sd": [0.002, 0.02, 0.001, np.nan],  # the edge trial's seeds disagree widely
+            "ndcg_seed_sd": [0.001, 0.001, 0.001, np.nan],
+            "sharpe_seed_sd": [0.3, 0.3, 0.3, np.nan],
+        },
+        index=["base", "edge", "noise", "old"],
+    )
+    report = build_study_report(
+        returns, benchmark, title="seeds", daily_ranking=daily, ic_lags=lags, seed_spread=spread, n_boot=50
+    )
+    row = report.trials.loc["edge"]
+    seed_se = np.sqrt(0.02**2 / 3 + 0.002**2 / 3)  # 0.0116: 1.96 x 0.0116 = 0.0228 > 0.015
+    assert row["seed_se"] == pytest.approx(seed_se, rel=1e-12) and row["rank_ic_diff"] == pytest.approx(edge)
+    assert row["p_holm"] < 0.05 and abs(edge) < 1.96 * seed_se
+    assert (
+        row["verdict"].startswith("no detectable difference (rank IC, Holm p ")
+        and "within the seed spread" in row["verdict"]
+    )
+    assert row["n_seeds"] == 3 and row["rank_ic_seed_sd"] == 0.02 and row["sharpe_seed_sd"] == 0.3
+    # the old run (one seed, no daily series) is judged on the Sharpe: only the baseline's seeds count
+    old = report.trials.loc["old"]
+    assert old["seed_se"] == pytest.approx(0.3 / np.sqrt(3), rel=1e-12) and old["n_seeds"] == 1
+    # tighter seeds: the same difference counts
+    tight = build_study_report(
+        returns,
+        benchmark,
+        title="tight",
+        daily_ranking=daily,
+        ic_lags=lags,
+        seed_spread=spread.assign(rank_ic_seed_sd=[0.002, 0.003, 0.001, np.nan]),
+        n_boot=50,
+    )
+    assert tight.trials.loc["edge", "verdict"].startswith("better than baseline (rank IC")
+    assert list(tight.trials.columns[tight.trials.columns.get_loc("days_to_resolve") + 1 :][:5]) == [
+        "n_seeds",
+        "rank_ic_seed_sd",
+        "ndcg_seed_sd",
+        "sharpe_seed_sd",
+        "seed_se",
+    ]
