@@ -51,7 +51,7 @@ from backtest.features.registry import FeatureRegistry
 from backtest.features.sets import FeatureSetSpec, select_by_gain
 from backtest.labels import Labels, LabelSpec, make_labels
 from backtest.leakage import GuardStatus, LeakageRecord, fold_rows, leak_guard_status
-from backtest.metrics import daily_ic, headline_metrics, ndcg_at_k, rank_ic_mean
+from backtest.metrics import daily_ic, daily_ranking_quality, headline_metrics, ndcg_at_k, rank_ic_mean
 from backtest.portfolio import PortfolioResult, PortfolioSpec, check_universe, simulate
 from backtest.splits import Fold, RollingSchedule
 from models.base import LEVEL_PROCESSINGS, Ranker
@@ -203,6 +203,12 @@ class BacktestResult:
     #: kept per run key and checked on load, so it is always ``code_fingerprint``); None when none resumed
     resumed_from: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    #: the daily rank IC and NDCG behind ``rank_ic_mean`` and ``ndcg``, indexed by date
+    #: (:func:`backtest.metrics.daily_ranking_quality`); what a study pairs two runs on
+    daily_ranking: pd.DataFrame | None = None
+    #: Newey-West lags of ``rank_ic_se`` and of a study's paired differences: the label horizon less one day
+    #: (consecutive days' labels overlap by that many days); the run records it as the param ``ic_lags``
+    ic_lags: int = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -389,6 +395,7 @@ def run_backtest(
 
     fwd = labels.fwd_return.reindex(scores.index)
     rel = labels.target.reindex(scores.index)
+    ic_lags = labels.horizon_days - 1  # consecutive days' labels overlap by this many days
     metrics = headline_metrics(
         result.returns,
         result.benchmark_returns,
@@ -402,8 +409,9 @@ def run_backtest(
         rng=np.random.default_rng(seed),
         ndcg_depth=ndcg.depth,
         ndcg_gain=ndcg.gain,
-        ic_lags=labels.horizon_days - 1,
+        ic_lags=ic_lags,
     )
+    daily_ranking = daily_ranking_quality(scores, fwd, rel, ndcg.depth, ndcg.gain)
     metrics["n_folds"] = float(len(folds))
     # Days on which the book was not the one chosen (blocked trades, stale marks): the summary shows them.
     metrics["days_blocked"] = float(result.days_blocked)
@@ -442,6 +450,8 @@ def run_backtest(
         resumed_folds=sum(o.resumed for o in outcomes),
         resumed_from=",".join(sorted(ckpt.resumed_from)) if ckpt and ckpt.resumed_from else None,
         timings=timings,
+        daily_ranking=daily_ranking,
+        ic_lags=ic_lags,
     )
 
 

@@ -505,6 +505,38 @@ def ndcg_at_k(
     return float(daily_ndcg(scores, relevance, k, gain, grades).mean())
 
 
+def daily_ranking_quality(
+    scores: pd.Series,
+    labels: pd.Series,
+    relevance: pd.Series,
+    k: int = DEFAULT_TOP_K,
+    gain: str | Sequence[float] = "linear",
+) -> pd.DataFrame:
+    """The daily series behind ``rank_ic_mean`` and ``ndcg``: one row per scored day with a known label.
+
+    A study compares two runs day by day on these (``backtest.statistics.paired_mean_difference``), so
+    each run stores them (``data/daily_ranking.parquet``).
+
+    Parameters
+    ----------
+    scores, labels, relevance : Series indexed by (date, code): the out-of-sample scores, the realised
+        forward returns and the relevance levels, as :func:`headline_metrics` takes them.
+    k, gain : depth and gain of the NDCG (:func:`daily_ndcg`).
+
+    Returns
+    -------
+    DataFrame indexed by ``date`` with columns ``rank_ic`` (:func:`daily_ic`, spearman) and ``ndcg``
+    (:func:`daily_ndcg`); NaN where a day's value is undefined; no row when no scored sample has a known
+    label yet. Their means are the run's ``rank_ic_mean`` and ``ndcg``.
+    """
+    empty = pd.Series(dtype=np.float64, index=pd.DatetimeIndex([], name="date"))
+    ic = daily_ic(scores, labels, "spearman") if _has_pairs(scores, labels) else empty
+    ndcg = daily_ndcg(scores, relevance, k, gain) if _has_pairs(scores, relevance) else empty
+    frame = pd.concat({"rank_ic": ic, "ndcg": ndcg}, axis=1).sort_index().astype(np.float64)
+    frame.index.name = "date"
+    return frame
+
+
 # --------------------------------------------------------------------------------------------------
 # Tables and the headline dictionary
 

@@ -3,9 +3,11 @@ the provenance and guard tags, at the paths of :data:`backtest.tracking.layout.A
 
 ::
 
-    BacktestResult --record_backtest--> run: headline metrics (with the param ndcg_depth, the depth of
-                                         ndcg), per-fold metrics, predictions, positions, daily
-                                         returns (with the baselines'), the best factor of each
+    BacktestResult --record_backtest--> run: headline metrics (with the params ndcg_depth, the depth of
+                                         ndcg, and ic_lags, the Newey-West lags of rank_ic_se),
+                                         per-fold metrics, predictions, positions, daily
+                                         returns (with the baselines'), the daily rank IC and
+                                         NDCG (what a study pairs runs on), the best factor of each
                                          fold, periods, feature importance, per-fold feature
                                          PSI, leakage records, feature audit, reports/, then the tags
                                          (comparable last)
@@ -208,7 +210,9 @@ def record_backtest(
     ``fold_metrics=False`` skips the per-fold metrics (already logged as the folds finished).
     """
     run.log_metrics({k: v for k, v in result.metrics.items() if v is not None and math.isfinite(v)})
-    run.log_params({"ndcg_depth": result.ndcg_depth})  # the depth of the metric ``ndcg`` (portfolio.top_k)
+    # the depth of the metric ``ndcg`` (portfolio.top_k) and the Newey-West lags of ``rank_ic_se`` (the label
+    # horizon less one day), which a study's paired differences reuse
+    run.log_params({"ndcg_depth": result.ndcg_depth, "ic_lags": result.ic_lags})
     if fold_metrics:
         run.log_fold_metrics(result.fold_metrics)
     p = result.portfolio
@@ -219,6 +223,8 @@ def record_backtest(
         daily.update({f"baseline_{name}": b.portfolio.returns for name, b in result.baselines.runs.items()})
         run.log_frame(result.baselines.choices, ARTIFACTS.baseline_choices)
     run.log_frame(pd.DataFrame(daily), ARTIFACTS.daily_returns)
+    if result.daily_ranking is not None:
+        run.log_frame(result.daily_ranking, ARTIFACTS.daily_ranking)
     run.log_frame(p.periods, ARTIFACTS.periods)
     run.log_frame(result.fold_metrics, ARTIFACTS.fold_metrics)
     run.log_frame(result.importance, ARTIFACTS.feature_importance)

@@ -9,6 +9,10 @@ of several tried configurations overstates it.
   ratio's interval (:func:`sharpe_ci`) and the paired Sharpe difference of two strategies over the same
   days (:func:`paired_sharpe_difference`);
 - the Newey-West standard error of a mean of overlapping-label values (:func:`hac_standard_error`);
+- the paired difference of two daily series over their common days (:func:`paired_mean_difference`: the
+  daily rank IC or NDCG of a trial and its baseline), its p-value, Holm's step-down adjustment over a
+  family of comparisons (:func:`holm_adjust`) and the power of a comparison (:func:`minimum_detectable_difference`,
+  :func:`days_to_resolve`);
 - the probability of backtest overfitting by combinatorially symmetric cross-validation
   (:func:`pbo_cscv`, :class:`PBOResult`; Bailey, Borwein, Lopez de Prado & Zhu 2015).
 
@@ -322,6 +326,186 @@ def hac_standard_error(values: pd.Series | np.ndarray, lags: int) -> float:
     for lag in range(1, lags + 1):
         var += 2.0 * (1.0 - lag / (lags + 1)) * float(d[lag:] @ d[:-lag]) / n
     return float(np.sqrt(max(var, 0.0) / n))
+
+
+# --------------------------------------------------------------------------------------------------
+# Paired comparisons of daily series, their family-wise error and their power
+
+#: The statistics a study comparison can rest its verdict on (``study.primary``): the paired daily rank IC
+#: difference, the paired daily NDCG difference (at the portfolio depth), the paired Sharpe difference.
+COMPARISON_STATISTICS = ("rank_ic", "ndcg", "sharpe")
+#: Two-sided level and power of a comparison's verdict and of its minimum detectable difference.
+ALPHA = 0.05
+POWER = 0.80
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """The paired difference of two daily series over their common days (:func:`paired_mean_difference`).
+
+    Attributes
+    ----------
+    diff : ``mean(series - baseline)`` over the common days.
+    se : Newey-West standard error of that mean (:func:`hac_standard_error` of the daily differences).
+    ci_low, ci_high : paired stationary-bootstrap percentile interval (the same resampled days for both).
+    z : ``diff / se``.
+    p_value : two-sided normal p-value of ``z``.
+    n_days : the common days (both series defined).
+    lags : the Newey-West lags used.
+    """
+
+    diff: float
+    se: float
+    ci_low: float
+    ci_high: float
+    z: float
+    p_value: float
+    n_days: int
+    lags: int
+
+
+def paired_mean_difference(
+    series: pd.Series,
+    baseline: pd.Series,
+    lags: int,
+    rng: np.random.Generator,
+    n_boot: int = 1000,
+    block_length: float = DEFAULT_BLOCK_LENGTH,
+    confidence: float = 1.0 - ALPHA,
+) -> PairedDifference:
+    """Paired difference of the means of two daily series (a trial's daily rank IC and its baseline's).
+
+    The days are those both series define (the common scored days; NaN days of either are left out).
+    The standard error is Newey-West's over the daily differences with ``lags`` lags: a daily rank IC
+    against a label of ``h`` days overlaps its neighbours' label windows, so ``lags = h - 1``, the rule
+    the engine's own ``rank_ic_se`` uses (the run records it as the param ``ic_lags``). The interval is a
+    paired stationary bootstrap: every resample draws one set of days
+    (:func:`stationary_bootstrap_indices`) and applies it to both series, so the noise of the days they
+    share cancels out of the difference.
+
+    Parameters
+    ----------
+    series, baseline : Series indexed by date (the daily rank IC or NDCG of two runs).
+    lags : int >= 0, Newey-West lags.
+    rng : seeded numpy Generator (reproducible interval).
+    n_boot, block_length, confidence : as :func:`sharpe_ci`.
+
+    Returns
+    -------
+    PairedDifference; every number NaN with fewer than ``lags + 2`` common days.
+
+    Examples
+    --------
+    >>> days = pd.bdate_range("2024-01-01", periods=6)
+    >>> a = pd.Series([0.1, 0.0, 0.2, np.nan, 0.1, 0.3], index=days)
+    >>> b = pd.Series([0.0, 0.0, 0.1, 0.2, 0.1, 0.1], index=days)
+    >>> d = paired_mean_difference(a, b, 0, np.random.default_rng(0))
+    >>> d.n_days, round(d.diff, 4), round(d.se, 4)  # differences 0.1, 0, 0.1, 0, 0.2 on 5 common days
+    (5, 0.08, 0.0335)
+    """
+    for name, value in (("series", series), ("baseline", baseline)):
+        if not isinstance(value, pd.Series):
+            raise DataContractError(
+                f"paired difference: {name} must be a Series indexed by date; received {type(value).__name__}."
+            )
+    if isinstance(lags, bool) or not isinstance(lags, (int, np.integer)) or lags < 0:
+        raise DataContractError(
+            f"paired difference: lags must be an integer >= 0 (the label horizon less one day); received {lags!r}."
+        )
+    if not 0.0 < confidence < 1.0:
+        raise DataContractError(f"paired difference: confidence must be in (0, 1); received {confidence}.")
+    both = pd.concat({"a": series, "b": baseline}, axis=1, join="inner").astype(np.float64)
+    both = both[np.isfinite(both.to_numpy()).all(axis=1)]
+    diffs = (both["a"] - both["b"]).to_numpy()
+    n, nan = len(diffs), float("nan")
+    se = hac_standard_error(diffs, int(lags))
+    if not np.isfinite(se):
+        return PairedDifference(nan, nan, nan, nan, nan, nan, n, int(lags))
+    diff = float(diffs.mean())
+    idx = stationary_bootstrap_indices(n, n_boot, rng, block_length)
+    resampled = both["a"].to_numpy()[idx].mean(axis=1) - both["b"].to_numpy()[idx].mean(axis=1)
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    low, high = np.percentile(resampled, [tail, 100.0 - tail])
+    z = diff / se if se > 0 else (0.0 if diff == 0 else math.copysign(math.inf, diff))
+    return PairedDifference(diff, se, float(low), float(high), float(z), two_sided_p(z), n, int(lags))
+
+
+def two_sided_p(z: float) -> float:
+    """Two-sided normal p-value of a z statistic: ``2 * (1 - Phi(|z|))`` (NaN for NaN).
+
+    >>> round(two_sided_p(1.959964), 4)
+    0.05
+    """
+    return float("nan") if np.isnan(z) else float(2.0 * norm.sf(abs(z)))
+
+
+def interval_standard_error(low: float, high: float, confidence: float = 1.0 - ALPHA) -> float:
+    """The standard error a two-sided interval implies under a normal approximation:
+    ``(high - low) / (2 * z_{(1 + confidence) / 2})`` (how a bootstrap interval, such as the paired Sharpe
+    difference's, gets a z statistic and a p-value).
+
+    >>> round(interval_standard_error(-1.959964, 1.959964), 6)
+    1.0
+    """
+    return float((high - low) / (2.0 * norm.ppf((1.0 + confidence) / 2.0)))
+
+
+def holm_adjust(p_values: np.ndarray | list[float]) -> np.ndarray:
+    """Holm's step-down adjusted p-values: the family-wise error of several comparisons held at the level.
+
+    Sort the ``m`` p-values ascending, ``p_(1) <= ... <= p_(m)``; the adjusted ``p~_(i) = max_{j <= i}
+    min(1, (m - j + 1) p_(j))`` (Holm 1979). A comparison whose adjusted p-value is below the level ``alpha``
+    is rejected at family-wise error ``alpha`` whatever the dependence between the comparisons (the trials of
+    a study share their baseline). NaN p-values are left out of the family and stay NaN.
+
+    >>> holm_adjust([0.01, 0.04, 0.03]).round(4).tolist()
+    [0.03, 0.06, 0.06]
+    >>> holm_adjust([0.2, float("nan")]).tolist()
+    [0.2, nan]
+    """
+    p = np.asarray(p_values, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    finite = np.flatnonzero(np.isfinite(p))
+    m = len(finite)
+    if m == 0:
+        return out
+    order = finite[np.argsort(p[finite], kind="stable")]
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    out[order] = np.maximum.accumulate(scaled)
+    return out
+
+
+def _power_quantiles(alpha: float, power: float) -> float:
+    if not (0.0 < alpha < 1.0 and 0.0 < power < 1.0):
+        raise DataContractError(f"power: alpha and power must be in (0, 1); received {alpha}, {power}.")
+    return float(norm.ppf(1.0 - alpha / 2.0) + norm.ppf(power))
+
+
+def minimum_detectable_difference(se: float, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The smallest true difference a two-sided test at level ``alpha`` detects with probability ``power``:
+    ``(z_{1 - alpha/2} + z_{power}) * se`` (2.80 standard errors at 5% and 80%).
+
+    >>> round(minimum_detectable_difference(0.01), 5)
+    0.02802
+    """
+    return _power_quantiles(alpha, power) * float(se)
+
+
+def days_to_resolve(diff: float, se: float, n_days: int, alpha: float = ALPHA, power: float = POWER) -> float:
+    """Test days at which a difference of ``diff`` would be detected with probability ``power``.
+
+    ``ceil(n_days * (minimum_detectable_difference(se) / |diff|)^2)``: the standard error shrinks as
+    ``1 / sqrt(days)``, so the days grow with the square of the ratio of the detectable difference to the
+    observed one. ``inf`` for a zero difference, NaN for an undefined one.
+
+    >>> days_to_resolve(0.01, 0.01, 100)  # 100 * 2.8016^2 = 784.9
+    785.0
+    """
+    if not (np.isfinite(diff) and np.isfinite(se)) or n_days < 1:
+        return float("nan")
+    if diff == 0:
+        return float("inf")
+    return float(math.ceil(n_days * (minimum_detectable_difference(se, alpha, power) / abs(diff)) ** 2))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -10,13 +10,17 @@ A study is every backtest run tagged with one ``study`` name. It is usually a na
     open_sweep ──> parent run (run_kind=sweep): study, command, overrides, swept keys, git commit
     each job   ──> child run named after the values it was given (features=no_volatility), its own
                    DSR logged as ``dsr_provisional`` (it sees only the trials finished before it)
-    close_sweep ─> the study report (equity curves, robustness, per-year table, DSR with N = the
-                   study's trials, PBO, differences from the baseline) logged at the root of the parent
-                   run, ``pbo`` on the parent, the study-wide ``dsr`` on every finished child
+    close_sweep ─> the study report (comparisons with the baseline on the paired daily rank IC, NDCG
+                   and Sharpe, verdicts on ``study.primary`` Holm-adjusted, equity curves, rank IC per
+                   fold, robustness, per-year table, DSR with N = the study's trials, PBO) logged at the
+                   root of the parent run, ``pbo`` and each trial's ``<trial>/rank_ic_diff``, ... on the
+                   parent, the study-wide ``dsr`` on every finished child
 
 The first value of each swept key is the **baseline** the other trials are compared with. The number of
 trials is the number of distinct configurations the study holds (tag ``config_key``), failed ones
-included: rerunning a study does not inflate it, trying one more variant under its name does.
+included: rerunning a study does not inflate it, trying one more variant under its name does. A sweep over
+the model ``seed`` (the market pinned: ``data.seed=42``) makes seed replicates: one trial per
+configuration (tag ``trial_key``), its seeds' mean in the report, with their spread.
 
 From the store, later: ``python -m backtest.study list`` and ``python -m backtest.study report NAME
 [--out DIR]`` (the report rebuilt and logged on the study's latest parent run again).
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 import tempfile
 import time
@@ -37,22 +42,70 @@ import pandas as pd
 
 from backtest import PROJECT_DIR
 from backtest.errors import BacktestError, ConfigError, TrackingError
+from backtest.statistics import COMPARISON_STATISTICS
 from backtest.tracking import ARTIFACTS, TrackedRun, Tracker, git_state
 
 log = logging.getLogger(__name__)
 
 #: Columns of the study table printed at the end of a sweep (from the study report's trials table).
 STUDY_TABLE = {
-    "sharpe": "Sharpe",
-    "sharpe_ci_low": "CI low",
-    "sharpe_ci_high": "CI high",
-    "sharpe_ex_best_month": "ex best month",
     "rank_ic_mean": "rank IC",
+    "rank_ic_diff": "rank IC diff",
+    "rank_ic_diff_se": "s.e.",
+    "ndcg_diff": "NDCG diff",
+    "sharpe": "Sharpe",
+    "sharpe_diff": "Sharpe diff",
+    "p_holm": "Holm p",
+    "mde_rank_ic": "MDE rank IC",
+    "days_to_resolve": "days to resolve",
+    "n_seeds": "seeds",
+    "rank_ic_seed_sd": "rank IC seed sd",
+    "sharpe_seed_sd": "Sharpe seed sd",
     "dsr": "DSR",
-    "diff_vs_baseline": "vs baseline",
 }
-#: Per-run metrics a study report reads from each trial besides its daily returns.
+#: Blocks of the PBO's CSCV unless ``study.pbo_blocks`` says otherwise.
 DEFAULT_PBO_BLOCKS = 16
+#: The statistic the verdicts rest on unless ``study.primary`` says otherwise.
+DEFAULT_PRIMARY = "rank_ic"
+#: The comparison columns logged on the parent run for each trial, as ``<trial>/<column>``.
+PARENT_COMPARISON_METRICS = (
+    "rank_ic_diff",
+    "rank_ic_diff_se",
+    "rank_ic_diff_ci_low",
+    "rank_ic_diff_ci_high",
+    "ndcg_diff",
+    "ndcg_diff_se",
+    "ndcg_diff_ci_low",
+    "ndcg_diff_ci_high",
+    "sharpe_diff",
+    "sharpe_diff_ci_low",
+    "sharpe_diff_ci_high",
+    "p_value",
+    "p_holm",
+    "mde_rank_ic",
+    "days_to_resolve",
+)
+
+
+def check_primary(value: object) -> str:
+    """``study.primary`` checked: the statistic a study's verdicts rest on.
+
+    >>> check_primary("ndcg")
+    'ndcg'
+    >>> check_primary("ic")
+    Traceback (most recent call last):
+    ...
+    backtest.errors.ConfigError: study.primary: expected one of rank_ic, ndcg, sharpe; received 'ic'
+    ...
+    """
+    if value not in COMPARISON_STATISTICS:
+        raise ConfigError(
+            f"study.primary: expected one of {', '.join(COMPARISON_STATISTICS)}; received {value!r}\n"
+            "  fix: study.primary=rank_ic (the paired daily rank IC difference, the default), study.primary=ndcg "
+            "(the daily NDCG at the portfolio depth) or study.primary=sharpe (the top-k portfolio's Sharpe ratio); "
+            "in conf/study/NAME.yaml or on the command line"
+        )
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -69,6 +122,8 @@ class Sweep:
     command : the command line that launched it.
     description : the study config's ``study.description``.
     pbo_blocks : blocks of the PBO's combinatorially symmetric cross-validation (``study.pbo_blocks``).
+    primary : the statistic the verdicts rest on (``study.primary``: ``rank_ic``, ``ndcg`` or ``sharpe``).
+    n_seeds : model seeds each trial runs with (a sweep over ``seed``: replicates, not trials); 1 without.
     """
 
     study: str
@@ -78,6 +133,8 @@ class Sweep:
     command: str = ""
     description: str = ""
     pbo_blocks: int = DEFAULT_PBO_BLOCKS
+    primary: str = DEFAULT_PRIMARY
+    n_seeds: int = 1
     git_commit: str = field(default="", compare=False)
 
 
@@ -102,8 +159,9 @@ def trial_label(task_overrides: Sequence[str], swept: Sequence[str]) -> str:
 def open_sweep(tracker: Tracker, sweep: Sweep) -> TrackedRun:
     """Open the parent run of a sweep (ended by :func:`close_sweep`); it records how it was launched."""
     commit, dirty = git_state(PROJECT_DIR)
+    seeds = f" x {sweep.n_seeds} seeds" if sweep.n_seeds > 1 else ""
     parent = tracker.create_run(
-        f"{sweep.study} ({sweep.n_trials} trials)",
+        f"{sweep.study} ({sweep.n_trials} trials{seeds})",
         study=sweep.study,
         n_trials=sweep.n_trials,
         kind="sweep",
@@ -135,12 +193,16 @@ def trial_sharpe_var(tracker: Tracker, study: str | None) -> float:
 
 def study_trials(tracker: Tracker, study: str) -> tuple[pd.DataFrame, int]:
     """The finished trials of ``study`` (the latest run of each configuration, in sweep order: job
-    number, then start time) and the number of configurations tried (failed and killed ones included)."""
+    number, then start time) and the number of configurations tried (failed and killed ones included).
+
+    Seed replicates of one trial (tag ``trial_key``: its configuration without the model seed) are kept
+    apart as runs but count as one configuration."""
     runs = tracker.study_runs(study)
     if not len(runs):
         return runs, 0
     key = runs["tags.config_key"].fillna(runs.index.to_series()) if "tags.config_key" in runs else runs.index
-    n_configs = int(pd.Series(key).nunique())
+    configuration = runs["tags.trial_key"].fillna(pd.Series(key, index=runs.index)) if "tags.trial_key" in runs else key
+    n_configs = int(pd.Series(configuration).nunique())
     finished = runs[runs["status"] == "FINISHED"]
     finished = finished.loc[~pd.Series(key, index=runs.index)[finished.index].duplicated(keep="last")]
     order = pd.to_numeric(
@@ -151,17 +213,29 @@ def study_trials(tracker: Tracker, study: str) -> tuple[pd.DataFrame, int]:
 
 
 def build_report(
-    tracker: Tracker, study: str, *, n_trials: int = 0, pbo_blocks: int = DEFAULT_PBO_BLOCKS, description: str = ""
+    tracker: Tracker,
+    study: str,
+    *,
+    n_trials: int = 0,
+    pbo_blocks: int = DEFAULT_PBO_BLOCKS,
+    description: str = "",
+    primary: str = DEFAULT_PRIMARY,
 ):  # -> tuple[StudyReport, pd.DataFrame]
     """The study report of ``study`` from the store, and its trials (one row per finished run, indexed
     by run id, with the trial label in column ``trial``).
 
+    Each trial's daily returns, daily rank IC and NDCG (``data/daily_ranking.parquet``; a run recorded
+    before it was stored has none, and is judged on the Sharpe difference alone), Newey-West lags (param
+    ``ic_lags``) and rank IC per fold (``data/fold_metrics.csv``) are read from its run.
+
     Raises
     ------
     TrackingError : the study has no finished run.
+    ConfigError : ``primary`` is not a comparison statistic.
     """
     from backtest.reports.study import TRIAL_RUN_METRICS, build_study_report
 
+    primary = check_primary(primary)
     runs, n_configs = study_trials(tracker, study)
     if not len(runs):
         raise TrackingError(
@@ -169,24 +243,80 @@ def build_report(
             f"-m +study={study}) or pick a name from `python -m backtest.study list`"
         )
     labels = _trial_labels(runs)
-    strategy, benchmarks = {}, {}
-    for run_id, label in labels.items():
-        daily = tracker.attach(run_id).load_frame(ARTIFACTS.daily_returns)
-        strategy[label], benchmarks[label] = daily["strategy"], daily["equal_weight"]
-    returns = pd.DataFrame(strategy)
-    benchmark = benchmarks[labels.iloc[0]]
-    varied = [c for c in runs.columns if c.startswith("params.") and runs[c].nunique(dropna=False) > 1]
+    strategy, benchmarks, ranking, folds = {}, {}, {}, {}
+    for run_id in runs.index:
+        run = tracker.attach(run_id)
+        daily = run.load_frame(ARTIFACTS.daily_returns)
+        strategy[run_id], benchmarks[run_id] = daily["strategy"], daily["equal_weight"]
+        ranking[run_id] = run.load_frame(ARTIFACTS.daily_ranking, missing_ok=True)
+        fold_metrics = run.load_frame(ARTIFACTS.fold_metrics, missing_ok=True)
+        if fold_metrics is not None and "rank_ic" in fold_metrics.columns:
+            folds[run_id] = fold_metrics["rank_ic"]
+    lags = pd.to_numeric(runs.get("params.ic_lags", pd.Series(index=runs.index, dtype=float)), errors="coerce")
+    groups = {label: list(ids) for label, ids in runs.index.to_series().groupby(labels, sort=False)}
+    names = list(dict.fromkeys(labels))  # in sweep order; the seed replicates of a trial share its name
+    # A trial with seed replicates is their mean: the mean daily return (a book split evenly over the seeds'
+    # books), the mean daily rank IC and NDCG, the mean of each fold's rank IC and of each metric.
+    returns = pd.DataFrame(
+        {name: pd.concat([strategy[i] for i in groups[name]], axis=1).mean(axis=1) for name in names}
+    )
+    benchmark = benchmarks[groups[names[0]][0]]
+    ranking_of = {
+        name: None
+        if any(ranking[i] is None for i in groups[name])
+        else pd.concat([ranking[i] for i in groups[name]]).groupby(level=0).mean()
+        for name in names
+    }
+    fold_rank_ic = {
+        name: pd.concat([folds[i] for i in groups[name]], axis=1).mean(axis=1)
+        for name in names
+        if all(i in folds for i in groups[name])
+    }
+    ic_lags = {name: int(lags[groups[name]].max()) for name in names if lags[groups[name]].notna().any()}
+    replicate_keys = {
+        c
+        for c in runs.columns
+        if c.startswith("params.") and any(runs.loc[ids, c].nunique(dropna=False) > 1 for ids in groups.values())
+    }
+    varied = [
+        c
+        for c in runs.columns
+        if c.startswith("params.") and c not in replicate_keys and runs[c].nunique(dropna=False) > 1
+    ]
+    first = runs.loc[[groups[name][0] for name in names]]
+    metric = {
+        k: runs.get(f"metrics.{k}", pd.Series(float("nan"), index=runs.index)).groupby(labels, sort=False).mean()
+        for k in TRIAL_RUN_METRICS
+    }
+    minutes = (runs["end_time"] - runs["start_time"]).dt.total_seconds() / 60  # wall time of the run
     trial_metrics = pd.DataFrame(
         {
-            **{k: runs.get(f"metrics.{k}", pd.Series(float("nan"), index=runs.index)) for k in TRIAL_RUN_METRICS},
-            **{c.removeprefix("params."): runs[c] for c in varied},
-            "comparable": runs.get("tags.comparable", pd.Series("", index=runs.index)),
-            "minutes": (runs["end_time"] - runs["start_time"]).dt.total_seconds() / 60,  # wall time of the run
+            **{k: v.reindex(names).to_numpy() for k, v in metric.items()},
+            **{c.removeprefix("params."): first[c].to_numpy() for c in varied},
+            "comparable": first.get("tags.comparable", pd.Series("", index=first.index)).to_numpy(),
+            "minutes": minutes.groupby(labels, sort=False).sum().reindex(names).to_numpy(),
             "resumed_folds": pd.to_numeric(
                 runs.get("tags.resumed_folds", pd.Series(index=runs.index, dtype=float)), errors="coerce"
-            ),  # folds read from checkpoints, not computed
-        }
-    ).set_axis(labels.to_numpy())
+            )
+            .groupby(labels, sort=False)
+            .sum()
+            .reindex(names)
+            .to_numpy(),  # folds read from checkpoints, not computed
+        },
+        index=names,
+    )
+    seed_spread = None
+    if any(len(ids) > 1 for ids in groups.values()):
+        seed_spread = pd.DataFrame(
+            {
+                "n_seeds": [len(groups[name]) for name in names],
+                **{
+                    f"{key}_seed_sd": [_seed_sd(runs, groups[name], metric) for name in names]
+                    for key, metric in (("rank_ic", "rank_ic_mean"), ("ndcg", "ndcg"), ("sharpe", "sharpe"))
+                },
+            },
+            index=names,
+        )
     title = f"Study {study}" + (f": {description}" if description else "")
     report = build_study_report(
         returns,
@@ -196,15 +326,28 @@ def build_report(
         n_trials=max(n_trials, n_configs),
         baseline=labels.iloc[0],
         n_blocks=pbo_blocks,
+        daily_ranking=ranking_of,
+        ic_lags=ic_lags,
+        primary=primary,
+        fold_rank_ic=pd.DataFrame(fold_rank_ic) if fold_rank_ic else None,
+        seed_spread=seed_spread,
     )
     return report, runs.assign(trial=labels)
 
 
+def _seed_sd(runs: pd.DataFrame, ids: list[str], metric: str) -> float:
+    """Standard deviation (ddof=1) of one metric over a trial's seed replicates; NaN for one seed."""
+    values = pd.to_numeric(runs.get(f"metrics.{metric}", pd.Series(index=runs.index, dtype=float)), errors="coerce")
+    return float(values[ids].std(ddof=1)) if len(ids) > 1 else float("nan")
+
+
 def _trial_labels(runs: pd.DataFrame) -> pd.Series:
-    """One unique name per trial: its swept values (tag ``trial``), else its run name."""
+    """One name per trial: its swept values (tag ``trial``), else its run name. The seed replicates of a
+    trial (tag ``replicate``) share its name; other runs with the same name get their run id's start."""
     labels = runs.get("tags.trial", pd.Series(index=runs.index, dtype=object)).replace("", None)
     labels = labels.fillna(runs["run_name"].fillna(pd.Series(runs.index, index=runs.index)))
-    duplicated = labels.duplicated(keep=False)
+    replicate = runs.get("tags.replicate", pd.Series(index=runs.index, dtype=object)).fillna("")
+    duplicated = labels.duplicated(keep=False) & ~(replicate != "").groupby(labels).transform("all")
     return labels.where(~duplicated, labels + " [" + pd.Series(runs.index, index=runs.index).str[:8] + "]")
 
 
@@ -231,7 +374,13 @@ def record_report(
                 "baseline": report.baseline,
             }
         )
-        parent.log_metrics({k: v for k, v in study_metrics(report).items() if pd.notna(v)})
+        parent.log_metrics({k: v for k, v in study_metrics(report).items() if pd.notna(v) and abs(v) != float("inf")})
+        parent.set_tags(
+            {
+                f"verdict.{metric_prefix(name)}": f"{row['verdict']} [on {row['verdict_statistic']}]"
+                for name, row in report.trials.drop(index=report.baseline).iterrows()
+            }
+        )
         with tempfile.TemporaryDirectory(prefix="rankbacktest-study-") as tmp:
             write_study_report(tmp, report)
             parent.log_artifact(tmp)
@@ -239,13 +388,32 @@ def record_report(
 
 
 def study_metrics(report) -> dict[str, float]:
-    """The parent run's metrics: ``pbo``, ``n_trials``, ``trial_sharpe_var``, ``expected_max_sharpe``."""
-    return {
+    """The parent run's metrics: ``pbo``, ``n_trials``, ``trial_sharpe_var``, ``expected_max_sharpe`` and, for
+    each trial but the baseline, its comparison (:data:`PARENT_COMPARISON_METRICS`) as ``<trial>/<column>``
+    (:func:`metric_prefix`) with ``<trial>/verdict`` (+1 better, -1 worse, 0 no detectable difference)."""
+    out = {
         "pbo": report.pbo.pbo if report.pbo is not None else float("nan"),
         "n_trials": float(report.n_trials),
         "trial_sharpe_var": report.trial_sharpe_var,
         "expected_max_sharpe": report.expected_max_sharpe,
     }
+    for name, row in report.trials.drop(index=report.baseline).iterrows():
+        prefix = metric_prefix(name)
+        keys = (*PARENT_COMPARISON_METRICS, "n_seeds", "rank_ic_seed_sd", "sharpe_seed_sd", "seed_se")
+        out.update({f"{prefix}/{key}": float(row[key]) for key in keys if key in row})
+        verdict = str(row["verdict"])
+        out[f"{prefix}/verdict"] = 1.0 if verdict.startswith("better") else -1.0 if verdict.startswith("worse") else 0.0
+    return out
+
+
+def metric_prefix(trial: str) -> str:
+    """A trial's name as the prefix of its metrics on the parent run (MLflow keys allow letters, digits,
+    ``_ - . : space``).
+
+    >>> metric_prefix("features=no_moneyflow seed=2")
+    'features_no_moneyflow seed_2'
+    """
+    return re.sub(r"[^\w.\- :]", "_", str(trial))
 
 
 def study_table(study: str, report) -> str:
@@ -261,8 +429,9 @@ def study_table(study: str, report) -> str:
     verdicts = [f"  {name}: {verdict}" for name, verdict in trials["verdict"].items()] if "verdict" in trials else []
     return (
         f"\nstudy {study}: {report.n_trials} trials, baseline {report.baseline}; DSR against the best of "
-        f"them (expected max Sharpe {report.expected_max_sharpe:+.2f}); {pbo}\n"
-        + shown.to_string(index=False, float_format=lambda v: f"{v:+.3f}")
+        f"them (expected max Sharpe {report.expected_max_sharpe:+.2f}); {pbo}; verdicts on "
+        f"{report.primary}, Holm-adjusted\n"
+        + shown.to_string(index=False, float_format=lambda v: f"{v:+.4f}")
         + "\n"
         + "\n".join(verdicts)
     )
@@ -274,7 +443,12 @@ def close_sweep(tracker: Tracker, parent: TrackedRun, sweep: Sweep) -> str:
     jobs' own results stand, and ``python -m backtest.study report`` can build it later)."""
     try:
         report, runs = build_report(
-            tracker, sweep.study, n_trials=sweep.n_trials, pbo_blocks=sweep.pbo_blocks, description=sweep.description
+            tracker,
+            sweep.study,
+            n_trials=sweep.n_trials,
+            pbo_blocks=sweep.pbo_blocks,
+            description=sweep.description,
+            primary=sweep.primary,
         )
         record_report(tracker, parent, report, runs)
         return study_table(sweep.study, report)
@@ -318,18 +492,24 @@ def list_studies(tracker: Tracker) -> pd.DataFrame:
     )
 
 
-def report_study(tracker: Tracker, study: str, out: Path | str | None, *, log_to_store: bool = True) -> list[Path]:
+def report_study(
+    tracker: Tracker, study: str, out: Path | str | None, *, log_to_store: bool = True, primary: str | None = None
+) -> list[Path]:
     """Rebuild the report of ``study`` from the store: written to ``out`` and, with ``log_to_store``,
-    logged again on its latest sweep's parent run (with the study-wide ``dsr`` of each trial)."""
+    logged again on its latest sweep's parent run (with the study-wide ``dsr`` of each trial).
+
+    ``primary`` overrides the statistic the verdicts rest on (default: the sweep's ``study.primary``)."""
     parents = tracker.study_runs(study, kind="sweep")
-    parent = tracker.attach(parents.index[-1]) if log_to_store and len(parents) else None
-    sweep = _launched(parent)
+    latest = tracker.attach(parents.index[-1]) if len(parents) else None
+    parent = latest if log_to_store else None
+    sweep = _launched(latest)
     report, runs = build_report(
         tracker,
         study,
         n_trials=sweep.get("n_trials", 0),
         pbo_blocks=sweep.get("pbo_blocks", DEFAULT_PBO_BLOCKS),
         description=sweep.get("description", ""),
+        primary=primary or sweep.get("primary", DEFAULT_PRIMARY),
     )
     written = record_report(tracker, parent if log_to_store else None, report, runs, out)
     print(study_table(study, report))
@@ -356,17 +536,71 @@ DIGEST_COLUMNS = {
     "rank_ic_mean": "rank IC (s.e.)",
     "factor_ic": "best factor IC",
     "dsr": "DSR",
-    "diff": "vs baseline [95% CI]",
+    "diff": "Sharpe vs baseline [95% CI]",
+    "primary_diff": "verdict statistic vs baseline [95% CI]",
     "verdict": "verdict",
+    "mde_rank_ic": "MDE rank IC",
+    "days_to_resolve": "days to resolve",
     "minutes": "min",
 }
 
 
+def _digest_cells(row: pd.Series, summary: dict, is_baseline: bool) -> dict[str, str]:
+    """One digest row's cells. A report written before the comparisons on the ranking has the Sharpe
+    difference as ``diff_vs_baseline`` and no verdict statistic: its new cells stay blank."""
+
+    def number(key: str, spec: str) -> str:
+        value = row.get(key)
+        return (
+            format(float(value), spec)
+            if value is not None and pd.notna(value) and abs(float(value)) != float("inf")
+            else ""
+        )
+
+    sharpe_diff = next((k for k in ("sharpe_diff", "diff_vs_baseline") if k in row), None)
+    low, high = (
+        ("sharpe_diff_ci_low", "sharpe_diff_ci_high")
+        if sharpe_diff == "sharpe_diff"
+        else ("diff_ci_low", "diff_ci_high")
+    )
+    statistic = str(row.get("verdict_statistic", "")) if pd.notna(row.get("verdict_statistic")) else ""
+    primary = ""
+    if statistic and not is_baseline:
+        digits = "+.2f" if statistic == "sharpe" else "+.4f"
+        on = f"{statistic}_diff"
+        primary = (
+            f"{statistic} {number(on, digits)} [{number(on + '_ci_low', digits)}, {number(on + '_ci_high', digits)}]"
+        )
+    days = row.get("days_to_resolve")
+    return {
+        "sharpe": f"{row.sharpe:+.2f}",
+        "sharpe_ci": f"[{row.sharpe_ci_low:+.2f}, {row.sharpe_ci_high:+.2f}]",
+        "sharpe_ex_best_month": f"{row.sharpe_ex_best_month:+.2f}",
+        "cum_return": f"{(1 + row.ann_return) ** (summary['n_days'] / 252) - 1:+.1%}",
+        "rank_ic_mean": f"{row.rank_ic_mean:+.4f}"
+        + (f" ({row.rank_ic_se:.4f})" if pd.notna(row.get("rank_ic_se")) else ""),
+        "factor_ic": number("baseline_factor_rank_ic_mean", "+.4f"),
+        "dsr": f"{row.dsr:.2f}",
+        "diff": "baseline"
+        if is_baseline
+        else f"{number(sharpe_diff, '+.2f')} [{number(low, '+.2f')}, {number(high, '+.2f')}]",
+        "primary_diff": "baseline" if is_baseline else primary,
+        "verdict": "" if is_baseline else str(row.verdict).split(" (")[0],
+        "mde_rank_ic": "" if is_baseline else number("mde_rank_ic", ".4f"),
+        "days_to_resolve": ""
+        if is_baseline or days is None or pd.isna(days)
+        else ("never (no difference)" if float(days) == float("inf") else f"{float(days):,.0f}"),
+        "minutes": number("minutes", ".1f"),
+    }
+
+
 def digest(directory: Path | str) -> str:
     """One markdown table of every study report under ``directory`` (``experiments/``): a row per trial
-    with its Sharpe and interval, Sharpe without the best month, rank IC, study-wide DSR, the paired
-    difference from the baseline with its verdict and the run's minutes; a line per study with its
-    period, N and PBO. ``make studies`` writes it to ``experiments/digest.md``."""
+    with its Sharpe and interval, Sharpe without the best month, rank IC, study-wide DSR, the paired Sharpe
+    difference from the baseline, the difference its verdict rests on (rank IC, NDCG or Sharpe) with its
+    interval, the verdict, the minimum detectable rank IC difference, the test days that would resolve an
+    unresolved difference and the run's minutes; a line per study with its period, N and PBO.
+    ``make studies`` writes it to ``experiments/digest.md``."""
     import json
 
     from backtest.reports.files import STUDY_REPORT_FILES
@@ -379,35 +613,20 @@ def digest(directory: Path | str) -> str:
         summary = json.loads((folder / STUDY_REPORT_FILES["summary"]).read_text())
         trials = pd.read_csv(folder / STUDY_REPORT_FILES["trials"], index_col=0)
         for name, row in trials.iterrows():
-            cells = {
-                "sharpe": f"{row.sharpe:+.2f}",
-                "sharpe_ci": f"[{row.sharpe_ci_low:+.2f}, {row.sharpe_ci_high:+.2f}]",
-                "sharpe_ex_best_month": f"{row.sharpe_ex_best_month:+.2f}",
-                "cum_return": f"{(1 + row.ann_return) ** (summary['n_days'] / 252) - 1:+.1%}",
-                "rank_ic_mean": f"{row.rank_ic_mean:+.4f}"
-                + (f" ({row.rank_ic_se:.4f})" if pd.notna(row.get("rank_ic_se")) else ""),
-                "factor_ic": f"{row.baseline_factor_rank_ic_mean:+.4f}"
-                if pd.notna(row.get("baseline_factor_rank_ic_mean"))
-                else "",
-                "dsr": f"{row.dsr:.2f}",
-                "diff": "baseline"
-                if name == summary["baseline"]
-                else f"{row.diff_vs_baseline:+.2f} [{row.diff_ci_low:+.2f}, {row.diff_ci_high:+.2f}]",
-                "verdict": "" if name == summary["baseline"] else str(row.verdict).split(" (")[0],
-                "minutes": f"{row.minutes:.1f}" if "minutes" in row and pd.notna(row.minutes) else "",
-            }
-            lines.append(f"| {folder.name} | {name} | " + " | ".join(cells.values()) + " |")
+            cells = _digest_cells(row, summary, name == summary["baseline"])
+            lines.append(f"| {folder.name} | {name} | " + " | ".join(cells[k] for k in DIGEST_COLUMNS) + " |")
         pbo = f"PBO {summary['pbo']:.2f} ({summary['pbo_blocks']} blocks)" if summary["pbo"] is not None else "no PBO"
+        verdicts = f", verdicts on {summary['primary']} (Holm)" if "primary" in summary else ", verdicts on Sharpe"
         notes.append(
             f"- **{folder.name}**: {summary['start']} .. {summary['end']} ({summary['n_days']} days), "
-            f"N = {summary['n_trials']} for the DSR, {pbo}; report: [{folder.name}/"
+            f"N = {summary['n_trials']} for the DSR, {pbo}{verdicts}; report: [{folder.name}/"
             f"{STUDY_REPORT_FILES['markdown']}]({folder.name}/{STUDY_REPORT_FILES['markdown']})"
         )
     return "\n".join(lines + [""] + notes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m backtest.study list | report NAME [--out DIR] [--no-log]``."""
+    """``python -m backtest.study list | report NAME [--out DIR] [--no-log] [--primary STAT] | digest [DIR]``."""
     parser = argparse.ArgumentParser(
         prog="python -m backtest.study",
         description="List the studies of the store and rebuild a study's report from it.",
@@ -420,6 +639,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_argument("study")
     report.add_argument("--out", type=Path, default=None, help="folder for the report (default: study-report-NAME)")
     report.add_argument("--no-log", action="store_true", help="do not log the report on the study's parent run")
+    report.add_argument(
+        "--primary",
+        choices=COMPARISON_STATISTICS,
+        default=None,
+        help="the statistic the verdicts rest on (default: the sweep's study.primary, else rank_ic)",
+    )
     table = commands.add_parser("digest", help="one markdown table of the study reports under a folder")
     table.add_argument("directory", type=Path, nargs="?", default=PROJECT_DIR / "experiments")
     args = parser.parse_args(argv)
@@ -438,7 +663,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 0
         out = args.out or Path(f"study-report-{args.study}")
-        written = report_study(tracker, args.study, out, log_to_store=not args.no_log)
+        written = report_study(tracker, args.study, out, log_to_store=not args.no_log, primary=args.primary)
         print(f"\nstudy report: {len(written)} files in {out}/ ({', '.join(p.name for p in written[:3])}, ...)")
         return 0
     except (BacktestError, ConfigError) as exc:

@@ -323,3 +323,76 @@ def test_paired_difference_refuses_different_dates() -> None:
         statistics.paired_sharpe_difference(a, a.iloc[:3], np.random.default_rng(0))
     with pytest.raises(DataContractError, match="Series"):
         statistics.paired_sharpe_difference(a.to_frame(), a, np.random.default_rng(0))
+
+
+# --------------------------------------------------------------------------------------------------
+# Paired daily differences, Holm, power
+
+
+def _newey_west_by_hand(x: np.ndarray, lags: int) -> float:
+    """The Newey-West s.e. of a mean, written out as the textbook sum (Bartlett weights 1 - j / (L + 1))."""
+    n, mean = len(x), sum(x) / len(x)
+    gamma = [sum((x[t] - mean) * (x[t - j] - mean) for t in range(j, n)) / n for j in range(lags + 1)]
+    long_run = gamma[0] + 2 * sum((1 - j / (lags + 1)) * gamma[j] for j in range(1, lags + 1))
+    return math.sqrt(long_run / n)
+
+
+def test_paired_mean_difference_on_the_common_days_with_the_newey_west_error() -> None:
+    days = pd.bdate_range("2024-01-01", periods=250)
+    rng = np.random.default_rng(5)
+    shared = pd.Series(rng.normal(0.03, 0.1, 250), index=days).rolling(5, min_periods=1).mean()  # overlapping
+    trial = shared + 0.01 + rng.normal(0, 0.02, 250)
+    trial.iloc[[3, 100]] = np.nan  # days the trial did not score
+    baseline = shared.drop(days[[7]])  # a day the baseline did not score
+    result = statistics.paired_mean_difference(trial, baseline, 4, np.random.default_rng(1), n_boot=500)
+    common = trial.drop(days[[3, 7, 100]])
+    daily = (common - baseline.reindex(common.index)).to_numpy()
+    assert result.n_days == 247 == len(daily) and result.lags == 4
+    assert result.diff == pytest.approx(daily.mean(), rel=1e-12)
+    assert result.se == pytest.approx(_newey_west_by_hand(daily, 4), rel=1e-10)
+    assert result.z == pytest.approx(result.diff / result.se, rel=1e-12)
+    assert result.p_value == pytest.approx(2 * norm.sf(abs(result.z)), rel=1e-12)
+    assert result.ci_low < result.diff < result.ci_high
+    # the bootstrap is paired: a constant daily edge over the same noise is the same in every resample
+    constant = statistics.paired_mean_difference(shared + 0.01, shared, 4, np.random.default_rng(2), n_boot=200)
+    assert constant.ci_low == pytest.approx(0.01, abs=1e-12) and constant.ci_high == pytest.approx(0.01, abs=1e-12)
+    assert constant.p_value == 0.0
+    same = statistics.paired_mean_difference(shared, shared, 4, np.random.default_rng(3), n_boot=50)
+    assert (same.diff, same.se, same.ci_low, same.ci_high, same.p_value) == (0.0, 0.0, 0.0, 0.0, 1.0)
+
+
+def test_paired_mean_difference_needs_enough_common_days_and_valid_lags() -> None:
+    days = pd.bdate_range("2024-01-01", periods=5)
+    a = pd.Series([0.1, 0.2, 0.0, 0.1, 0.3], index=days)
+    short = statistics.paired_mean_difference(a, a.iloc[:4], 4, np.random.default_rng(0))
+    assert short.n_days == 4 and np.isnan(short.diff) and np.isnan(short.p_value)  # 4 < lags + 2 days
+    with pytest.raises(DataContractError, match="lags must be an integer >= 0"):
+        statistics.paired_mean_difference(a, a, -1, np.random.default_rng(0))
+    with pytest.raises(DataContractError, match="Series"):
+        statistics.paired_mean_difference(a.to_numpy(), a, 0, np.random.default_rng(0))
+
+
+def test_holm_adjusts_known_p_values_step_down() -> None:
+    # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> raised to 0.06 (monotone)
+    np.testing.assert_allclose(statistics.holm_adjust([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02])
+    np.testing.assert_allclose(statistics.holm_adjust([0.5, 0.9]), [1.0, 1.0])  # capped at 1
+    np.testing.assert_allclose(statistics.holm_adjust([0.04]), [0.04])  # one comparison: unchanged
+    adjusted = statistics.holm_adjust([np.nan, 0.02, 0.01])  # NaN is not in the family (m = 2)
+    assert np.isnan(adjusted[0]) and adjusted[1:].tolist() == [0.02, 0.02]
+    assert statistics.holm_adjust([]).shape == (0,)
+
+
+def test_minimum_detectable_difference_and_days_to_resolve() -> None:
+    multiplier = norm.ppf(0.975) + norm.ppf(0.80)  # 2.8016
+    assert statistics.minimum_detectable_difference(0.0046) == pytest.approx(multiplier * 0.0046, rel=1e-12)
+    # money flow's planted effect: rank IC -0.0134 with an s.e. of 0.0046 over 483 days is resolved by
+    # 483 * (2.8016 * 0.0046 / 0.0134)^2 = 446.9 days, fewer than the test has
+    assert statistics.days_to_resolve(-0.0134, 0.0046, 483) == math.ceil(483 * (multiplier * 0.0046 / 0.0134) ** 2)
+    assert statistics.days_to_resolve(-0.0134, 0.0046, 483) == 447
+    # a difference of half the MDE needs four times the days
+    half = statistics.minimum_detectable_difference(0.01) / 2
+    assert statistics.days_to_resolve(half, 0.01, 100) == 400
+    assert statistics.days_to_resolve(0.0, 0.01, 100) == math.inf
+    assert math.isnan(statistics.days_to_resolve(float("nan"), 0.01, 100))
+    with pytest.raises(DataContractError, match="alpha and power"):
+        statistics.minimum_detectable_difference(0.01, power=1.0)

@@ -43,7 +43,7 @@ log = logging.getLogger("backtest")
 def run(cfg: DictConfig) -> dict[str, Any]:
     """The main job: compose, build, run under the guards, record in MLflow, print the summary."""
     stop_on_signals()
-    trial = sweep_trial()
+    trial = sweep_trial(cfg)
     from backtest.data.synthetic import oracle_scores
     from backtest.engine import plan_backtest, run_backtest
     from backtest.record import record_guard_failure, record_run

@@ -99,8 +99,9 @@ def run_identity(cfg: DictConfig, parts: Parts, data_fingerprint: str, trial: di
     tags = {"leak_demo": str(leak_demo).lower(), "config_key": config_key(config), **trial}
     model_name = cfg.model._target_.rsplit(".", 1)[-1]
     name = tracking.run_name or f"{model_name}-{parts.features.name}" + ("-LEAK-DEMO" if leak_demo else "")
-    if trial.get("trial"):  # a job of a sweep: named after the values it was given
-        name = f"{name} {trial['trial']}"
+    named = " ".join(v for v in (trial.get("trial", ""), trial.get("replicate", "")) if v)  # a replicate: its seed
+    if named:  # a job of a sweep: named after the values it was given
+        name = f"{name} {named}"
     return RunIdentity(
         name,
         config,

@@ -29,15 +29,33 @@ ENV_PARENT = "RANKBACKTEST_PARENT_RUN_ID"
 ENV_TRIALS = "RANKBACKTEST_N_TRIALS"
 ENV_STUDY = "RANKBACKTEST_STUDY"
 ENV_SWEPT = "RANKBACKTEST_SWEPT_KEYS"
+#: a sweep its callback refused (the message): Hydra only warns when a callback raises and launches the jobs
+#: anyway, so each job raises it before it touches the store
+ENV_REFUSED = "RANKBACKTEST_SWEEP_REFUSED"
+#: the swept key whose values are seed replicates of one trial, not trials: the model seed (the market has
+#: its own, ``data.seed``, which must then be pinned)
+REPLICATE_KEY = "seed"
 
 
-def sweep_trial() -> dict[str, str]:
+def sweep_trial(cfg: DictConfig | None = None) -> dict[str, str]:
     """In a job of a sweep, its tags ``trial`` (the values of the swept keys it was given, its name in the
     study) and ``trial_num`` (its job number); {} outside a sweep. A study config without ``-m`` is
-    refused: it would run its defaults alone."""
+    refused: it would run its defaults alone; so is a study whose ``study.primary`` is not a comparison
+    statistic (Hydra only warns when the sweep callback raises, so each job refuses it before it runs).
+
+    A sweep over the model seed (:data:`REPLICATE_KEY`) makes seed replicates: the seed stays out of the
+    trial's name, the job is tagged ``replicate`` (``seed=2``) and ``trial_key`` (:func:`trial_key`: its
+    configuration without the seed, which the DSR counts), and a market that would change with the seed
+    (``data.seed`` following ``seed``) is refused."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    if os.environ.get(ENV_REFUSED):
+        raise ConfigError(os.environ[ENV_REFUSED])
+    if cfg is not None and cfg.get("study") is not None:
+        from backtest.study import DEFAULT_PRIMARY, check_primary
+
+        check_primary(cfg.study.get("primary", DEFAULT_PRIMARY))
     if not HydraConfig.initialized():
         return {}
     hc = HydraConfig.get()
@@ -52,7 +70,38 @@ def sweep_trial() -> dict[str, str]:
     swept = [k for k in os.environ.get(ENV_SWEPT, "").split(",") if k]
     from backtest.study import trial_label
 
-    return {"trial": trial_label(list(hc.overrides.task), swept), "trial_num": str(hc.job.num)}
+    task = list(hc.overrides.task)
+    if REPLICATE_KEY not in swept:
+        return {"trial": trial_label(task, swept), "trial_num": str(hc.job.num)}
+    if cfg is not None:
+        check_replicates(cfg, swept)
+    return {
+        "trial": trial_label(task, [k for k in swept if k != REPLICATE_KEY]),
+        "trial_num": str(hc.job.num),
+        "replicate": trial_label(task, [REPLICATE_KEY]),
+        **({"trial_key": trial_key(cfg)} if cfg is not None else {}),
+    }
+
+
+def check_replicates(cfg: DictConfig, swept: list[str] | tuple[str, ...]) -> None:
+    """A sweep over the model seed must keep the market fixed: ConfigError when ``data.seed`` follows ``seed``."""
+    if REPLICATE_KEY in swept and "data" in cfg and OmegaConf.is_interpolation(cfg.data, "seed"):
+        raise ConfigError(
+            f"a sweep over {REPLICATE_KEY} makes seed replicates of each trial on one market, but data.seed follows "
+            f"{REPLICATE_KEY} ({cfg.data._get_node('seed')._value()}), so every replicate would get another market"
+            "\n  fix: pin the market: data.seed=42 (or any value) beside seed=1,2,3"
+        )
+
+
+def trial_key(cfg: DictConfig) -> str:
+    """The configuration of a job without its model seed (tag ``trial_key``): the seed replicates of one
+    trial share it, so the DSR counts the trial once. The seed is set to 0 before the config is resolved, so
+    every key that follows it (``model.config.seed``) drops out too; a pinned ``data.seed`` stays."""
+    from backtest.tracking import config_key
+
+    container = OmegaConf.to_container(cfg, resolve=False)
+    container[REPLICATE_KEY] = 0
+    return config_key(OmegaConf.to_container(OmegaConf.create(container), resolve=True))
 
 
 class SweepTracking(Callback):
@@ -69,22 +118,32 @@ class SweepTracking(Callback):
         self.sweep = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from backtest.study import DEFAULT_PBO_BLOCKS, Sweep, open_sweep, study_name
+        from backtest.study import DEFAULT_PBO_BLOCKS, DEFAULT_PRIMARY, Sweep, check_primary, open_sweep, study_name
         from backtest.tracking import Tracker
 
-        tracking_cfg = build(config.tracking)
-        self.tracker = Tracker.from_config(tracking_cfg, PROJECT_DIR)
+        study_cfg = config.get("study") or {}
         overrides = sweep_overrides(config)
         parsed = OverridesParser.create().parse_overrides(overrides)
-        study_cfg = config.get("study") or {}
+        swept = tuple(o.key_or_group for o in parsed if o.is_sweep_override())
+        try:  # before the store is opened: a refused sweep writes nothing
+            primary = check_primary(study_cfg.get("primary", DEFAULT_PRIMARY))
+            check_replicates(config, swept)
+        except ConfigError as exc:
+            os.environ[ENV_REFUSED] = str(exc)
+            raise
+        tracking_cfg = build(config.tracking)
+        self.tracker = Tracker.from_config(tracking_cfg, PROJECT_DIR)
+        n_seeds = sweep_size([o for o, p in zip(overrides, parsed, strict=True) if p.key_or_group == REPLICATE_KEY])
         self.sweep = Sweep(
             study=study_name(tracking_cfg.study),
-            n_trials=sweep_size(overrides),
-            swept=tuple(o.key_or_group for o in parsed if o.is_sweep_override()),
+            n_trials=sweep_size(overrides) // n_seeds,  # configurations: the seed replicates of one count once
+            n_seeds=n_seeds,
+            swept=swept,
             overrides=tuple(overrides),
             command=" ".join(["python -m backtest", *sys.argv[1:]]),
             description=str(study_cfg.get("description", "")),
             pbo_blocks=int(study_cfg.get("pbo_blocks", DEFAULT_PBO_BLOCKS)),
+            primary=primary,
         )
         self.parent = open_sweep(self.tracker, self.sweep)
         os.environ[ENV_PARENT] = self.parent.run_id
@@ -100,7 +159,7 @@ class SweepTracking(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from backtest.study import close_sweep
 
-        for key in (ENV_PARENT, ENV_TRIALS, ENV_STUDY, ENV_SWEPT):
+        for key in (ENV_PARENT, ENV_TRIALS, ENV_STUDY, ENV_SWEPT, ENV_REFUSED):
             os.environ.pop(key, None)
         if self.parent is not None:
             table = close_sweep(self.tracker, self.parent, self.sweep)

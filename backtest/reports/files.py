@@ -29,5 +29,6 @@ STUDY_REPORT_FILES: Mapping[str, str] = MappingProxyType(
         "summary": "study_summary.json",  # period, trials, baseline, DSR's N, PBO with its blocks, notes
         "equity": "study_equity.png",  # equity curves of every trial and the equal-weight benchmark
         "pbo_plot": "study_pbo.png",  # logit histogram and IS vs OOS Sharpe (not written without a PBO)
+        "fold_rank_ic": "study_fold_rank_ic.png",  # the trials' rank IC per fold (written when the folds are given)
     }
 )

@@ -8,8 +8,13 @@ best of them overstates what the winner will do next: this report says how much,
 - **Probability of backtest overfitting** (:func:`backtest.statistics.pbo_cscv`, combinatorially symmetric
   cross-validation of Bailey, Borwein, Lopez de Prado & Zhu 2015): how often the trial that is best on one
   half of the period ranks at or below the median on the other half.
-- **Paired comparison with a baseline** (:func:`backtest.statistics.paired_sharpe_difference`): the Sharpe
-  difference of each trial and the baseline with a stationary-bootstrap interval that resamples the same days for both.
+- **Paired comparison with a baseline**: the daily rank IC and NDCG differences of each trial and the
+  baseline over the days both scored (:func:`backtest.statistics.paired_mean_difference`: Newey-West
+  standard error, paired stationary-bootstrap interval) and the Sharpe difference
+  (:func:`backtest.statistics.paired_sharpe_difference`); the verdict rests on ``primary`` (rank IC by
+  default) with Holm's family-wise control over the trials (:func:`backtest.statistics.holm_adjust`), and
+  says how small a difference the test could detect (:func:`backtest.statistics.minimum_detectable_difference`)
+  and how many days an unresolved one would need (:func:`backtest.statistics.days_to_resolve`).
 
 Everything here is a pure function of pandas objects: :func:`build_study_report` gathers a
 :class:`StudyReport` from the numbers of :mod:`backtest.metrics` and :mod:`backtest.statistics`,
@@ -26,12 +31,14 @@ import html
 import json
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
 import numpy as np
 import pandas as pd
+from scipy.stats import norm
 
 from backtest import metrics as m
 from backtest.errors import DataContractError, preview
@@ -40,17 +47,25 @@ from backtest.reports.plots import BENCHMARK_COLOR, new_figure, save_png
 from backtest.reports.returns import wealth_curve
 from backtest.reports.tables import markdown_table, page_head
 from backtest.statistics import (
+    ALPHA,
+    COMPARISON_STATISTICS,
     MIN_BLOCK_DAYS,
     PERIODS_PER_YEAR,
     PBOResult,
     check_cscv_blocks,
     cscv_blocks,
+    days_to_resolve,
     dsr,
     expected_max_sharpe,
+    holm_adjust,
+    interval_standard_error,
+    minimum_detectable_difference,
+    paired_mean_difference,
     paired_sharpe_difference,
     pbo_cscv,
     psr,
     sharpe_ci,
+    two_sided_p,
 )
 
 logger = logging.getLogger(__name__)
@@ -69,24 +84,140 @@ __all__ = [
 BENCHMARK_COLUMN = "equal weight"
 
 _VERDICT_BASELINE = "baseline"
-_VERDICT_BETTER = "better than baseline (interval above 0)"
-_VERDICT_WORSE = "worse than baseline (interval below 0)"
-_VERDICT_NONE = "no detectable difference (interval spans 0)"
-_VERDICT_UNDEFINED = "undetermined (a Sharpe ratio is undefined)"
+_VERDICT_BETTER = "better than baseline"
+_VERDICT_WORSE = "worse than baseline"
+_VERDICT_NONE = "no detectable difference"
+_VERDICT_UNDEFINED = "undetermined"
+#: the words of each comparison statistic in the report
+STATISTIC_LABELS = {"rank_ic": "rank IC", "ndcg": "NDCG", "sharpe": "Sharpe"}
+#: columns of the daily series a run stores (``data/daily_ranking.parquet``) for each comparison statistic
+_DAILY_COLUMN = {"rank_ic": "rank_ic", "ndcg": "ndcg"}
 
 
 # --------------------------------------------------------------------------------------------------
 # Paired comparison with a baseline
 
 
-def _verdict(low: float, high: float) -> str:
-    if not (np.isfinite(low) and np.isfinite(high)):
-        return _VERDICT_UNDEFINED
-    if low > 0:
-        return _VERDICT_BETTER
-    if high < 0:
-        return _VERDICT_WORSE
-    return _VERDICT_NONE
+def _verdict(diff: float, p_holm: float, statistic: str, within_seeds: bool = False) -> str:
+    """A trial's verdict: its difference from the baseline on ``statistic`` is resolved when the Holm-adjusted
+    p-value is below :data:`~backtest.statistics.ALPHA` and, with seed replicates, the difference stands
+    beyond the seed spread too (``within_seeds`` False)."""
+    if not (np.isfinite(diff) and np.isfinite(p_holm)):
+        return f"{_VERDICT_UNDEFINED} ({STATISTIC_LABELS[statistic]} difference undefined)"
+    resolved = p_holm < ALPHA and not within_seeds
+    word = (_VERDICT_BETTER if diff > 0 else _VERDICT_WORSE) if resolved else _VERDICT_NONE
+    p_text = "p < 0.001" if p_holm < 0.001 else f"p = {p_holm:.3f}"
+    seeds = ", within the seed spread" if within_seeds and p_holm < ALPHA else ""
+    return f"{word} ({STATISTIC_LABELS[statistic]}, Holm {p_text}{seeds})"
+
+
+def _seed_standard_error(spread: pd.DataFrame | None, name: str, baseline: str, statistic: str) -> float:
+    """The seed spread's standard error of a difference of two trials' seed means:
+    ``sqrt(sd_t^2 / n_t + sd_b^2 / n_b)`` over those with more than one seed (NaN when neither has)."""
+    if spread is None or f"{statistic}_seed_sd" not in spread.columns:
+        return float("nan")
+    parts = [
+        float(spread.at[trial, f"{statistic}_seed_sd"]) ** 2 / float(spread.at[trial, "n_seeds"])
+        for trial in (name, baseline)
+        if trial in spread.index and np.isfinite(float(spread.at[trial, f"{statistic}_seed_sd"]))
+    ]
+    return float(np.sqrt(sum(parts))) if parts else float("nan")
+
+
+def _comparisons(
+    frame: pd.DataFrame,
+    names: list[str],
+    baseline: str,
+    daily: Mapping[str, pd.DataFrame | None],
+    lags: Mapping[str, int],
+    primary: str,
+    n_boot: int,
+    seed: int,
+    notes: list[str],
+    seed_spread: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """One row per trial: its paired differences from the baseline (rank IC, NDCG, Sharpe), the verdict on
+    ``primary`` with Holm's family-wise control over the trials (and, with seed replicates, beyond the seed
+    spread), and the comparison's power."""
+    rows: dict[str, dict[str, object]] = {}
+    base_daily = daily.get(baseline)
+    for position, name in enumerate(names):
+        row: dict[str, object] = {}
+        diff, low, high = paired_sharpe_difference(
+            frame[name], frame[baseline], np.random.default_rng([seed, position, 1]), n_boot
+        )
+        se = interval_standard_error(low, high) if np.isfinite(low) and np.isfinite(high) else float("nan")
+        z = diff / se if se > 0 else (0.0 if diff == 0 else float("nan"))
+        row.update(sharpe_diff=diff, sharpe_diff_ci_low=low, sharpe_diff_ci_high=high, sharpe_diff_se=se)
+        row.update(sharpe_diff_p=two_sided_p(z), sharpe_diff_days=len(frame))
+        for offset, statistic in enumerate(("rank_ic", "ndcg"), start=2):
+            column = _DAILY_COLUMN[statistic]
+            own = daily.get(name)
+            if base_daily is None or own is None or column not in own or column not in base_daily:
+                values = dict.fromkeys(("", "_se", "_ci_low", "_ci_high", "_p", "_days"), float("nan"))
+            else:
+                n_lags = max(int(lags.get(name, 0)), int(lags.get(baseline, 0)))
+                d = paired_mean_difference(
+                    own[column], base_daily[column], n_lags, np.random.default_rng([seed, position, offset]), n_boot
+                )
+                values = {"": d.diff, "_se": d.se, "_ci_low": d.ci_low, "_ci_high": d.ci_high, "_p": d.p_value}
+                values["_days"] = d.n_days
+            row.update({f"{statistic}_diff{suffix}": value for suffix, value in values.items()})
+        row["mde_rank_ic"] = float("nan") if name == baseline else minimum_detectable_difference(row["rank_ic_diff_se"])
+        defined = name == baseline or primary == "sharpe" or np.isfinite(row[f"{primary}_diff_p"])
+        statistic = primary if defined else "sharpe"  # a trial without the daily series: Sharpe alone
+        row["verdict_statistic"] = statistic
+        if name == baseline:  # compared with itself: differences 0, no test
+            row.update({f"{stat}_diff_p": float("nan") for stat in COMPARISON_STATISTICS})
+        row["p_value"] = row[f"{statistic}_diff_p"]
+        rows[name] = row
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table["p_holm"] = holm_adjust(table["p_value"].to_numpy(np.float64))
+    verdicts, days, seed_errors = [], [], []
+    for name, row in table.iterrows():
+        statistic = row["verdict_statistic"]
+        seed_se = _seed_standard_error(seed_spread, name, baseline, statistic)
+        seed_errors.append(float("nan") if name == baseline else seed_se)
+        if name == baseline:
+            verdicts.append(_VERDICT_BASELINE)
+            days.append(float("nan"))
+            continue
+        diff = row[f"{statistic}_diff"]
+        within = bool(np.isfinite(seed_se) and abs(diff) <= norm.ppf(1 - ALPHA / 2) * seed_se)
+        verdicts.append(_verdict(diff, row["p_holm"], statistic, within))
+        unresolved = verdicts[-1].startswith(_VERDICT_NONE)
+        days.append(
+            days_to_resolve(diff, row[f"{statistic}_diff_se"], int(row[f"{statistic}_diff_days"]))
+            if unresolved
+            else float("nan")
+        )
+    table["verdict"], table["days_to_resolve"] = verdicts, days
+    if seed_spread is not None:
+        spread = seed_spread.reindex(names)
+        table["n_seeds"] = spread["n_seeds"].fillna(1).astype(int).to_numpy()
+        for column in ("rank_ic_seed_sd", "ndcg_seed_sd", "sharpe_seed_sd"):
+            table[column] = spread[column].to_numpy(np.float64) if column in spread else np.nan
+        table["seed_se"] = seed_errors
+    fallback = [n for n in names if n != baseline and table.at[n, "verdict_statistic"] != primary]
+    if fallback and primary != "sharpe":
+        missing = [n for n in names if daily.get(n) is None]
+        why = (
+            f"{preview(missing)} {'was' if len(missing) == 1 else 'were'} recorded before the runs stored their "
+            "daily rank IC and NDCG"
+            if missing
+            else "their daily series share too few days"
+        )
+        notes.append(
+            f"No paired {STATISTIC_LABELS[primary]} difference for {preview(fallback)}: {why}; their verdicts rest "
+            "on the Sharpe difference alone. Rerun the trials to compare them on the ranking."
+        )
+    differing = sorted({int(v) for v in lags.values()})
+    if len(differing) > 1:
+        notes.append(
+            f"The trials' labels overlap differently (Newey-West lags {differing}); each paired difference uses "
+            "the larger lags of its two runs."
+        )
+    return table
 
 
 # --------------------------------------------------------------------------------------------------
@@ -100,14 +231,19 @@ class StudyReport:
     Attributes
     ----------
     title : report title.
-    trials : one row per trial (index ``trial``, in the column order of the returns): ``sharpe``,
+    trials : one row per trial (index ``trial``, in the column order of the returns). First the comparison
+        with the baseline (:data:`COMPARISON_COLUMNS`): ``verdict`` and ``verdict_statistic`` (the statistic
+        it rests on: ``primary``, or ``sharpe`` for a trial without the daily series), ``rank_ic_diff`` with
+        ``_se`` (Newey-West), ``_ci_low`` / ``_ci_high`` (paired stationary bootstrap), ``_p`` and ``_days``
+        (the common scored days), the same for ``ndcg_diff`` and ``sharpe_diff`` (annualised; its ``_se``
+        is the normal approximation of its bootstrap interval), ``p_value`` (the verdict statistic's) and
+        ``p_holm`` (Holm-adjusted over the trials), ``mde_rank_ic``, ``days_to_resolve`` and ``dsr``
+        (study-wide: ``n_trials`` and the variance of the trials' Sharpes); then ``sharpe``,
         ``sharpe_ci_low`` / ``sharpe_ci_high`` (stationary bootstrap), ``ann_return``, ``max_drawdown``,
         ``sharpe_ex_best_month``, ``ann_return_ex_best_month``, ``sharpe_ex_best_3_months``,
         ``ann_return_ex_best_3_months``, the :data:`TRIAL_RUN_METRICS` (``rank_ic_mean``, ``rank_ic_se``,
-        ``baseline_factor_rank_ic_mean``, ``ndcg``, ``turnover``: from ``trial_metrics``, else NaN), ``psr``,
-        ``dsr`` (study-wide: ``n_trials`` and the variance of the trials' Sharpes), ``diff_vs_baseline``
-        (annualised Sharpe difference), ``diff_ci_low`` / ``diff_ci_high`` (paired bootstrap), ``verdict``,
-        then the config columns of ``trial_metrics`` that differ between trials.
+        ``baseline_factor_rank_ic_mean``, ``ndcg``, ``turnover``: from ``trial_metrics``, else NaN), ``psr``;
+        last the config columns of ``trial_metrics`` that differ between trials.
     years : one row per (``year``, ``series``) for every trial and the benchmark (:data:`BENCHMARK_COLUMN`):
         ``n_days``, ``return`` (compounded over the year), ``excess_return`` (minus the benchmark's),
         ``sharpe``, ``max_drawdown`` (within the year).
@@ -118,7 +254,10 @@ class StudyReport:
     baseline : name of the baseline trial.
     expected_max_sharpe : annualised Sharpe expected from the best of ``n_trials`` unskilled trials.
     trial_sharpe_var : variance (ddof=1) of the trials' annualised Sharpe ratios (0 for one trial).
-    notes : what the report changed or skipped (dates dropped by alignment, blocks reduced, PBO skipped).
+    notes : what the report changed or skipped (dates dropped by alignment, blocks reduced, PBO skipped,
+        trials without the daily series).
+    primary : the statistic the verdicts rest on (:data:`~backtest.statistics.COMPARISON_STATISTICS`).
+    fold_rank_ic : fold x trial rank IC of each test fold (None when not given).
     """
 
     title: str
@@ -131,6 +270,8 @@ class StudyReport:
     expected_max_sharpe: float
     trial_sharpe_var: float
     notes: tuple[str, ...]
+    primary: str = "rank_ic"
+    fold_rank_ic: pd.DataFrame | None = None
 
     @property
     def trial_names(self) -> list[str]:
@@ -144,8 +285,41 @@ class StudyReport:
         return str(sharpes.idxmax()) if sharpes.notna().any() else self.baseline
 
 
+#: The comparison with the baseline, first in :attr:`StudyReport.trials` (the study contract's names).
+COMPARISON_COLUMNS = (
+    "verdict",
+    "verdict_statistic",
+    "rank_ic_diff",
+    "rank_ic_diff_se",
+    "rank_ic_diff_ci_low",
+    "rank_ic_diff_ci_high",
+    "rank_ic_diff_p",
+    "rank_ic_diff_days",
+    "ndcg_diff",
+    "ndcg_diff_se",
+    "ndcg_diff_ci_low",
+    "ndcg_diff_ci_high",
+    "ndcg_diff_p",
+    "ndcg_diff_days",
+    "sharpe_diff",
+    "sharpe_diff_se",
+    "sharpe_diff_ci_low",
+    "sharpe_diff_ci_high",
+    "sharpe_diff_p",
+    "sharpe_diff_days",
+    "p_value",
+    "p_holm",
+    "mde_rank_ic",
+    "days_to_resolve",
+)
+#: With seed replicates (``seed_spread``), after the comparison: each trial's seeds, the spread (ddof=1) of
+#: its seeds' rank IC, NDCG and Sharpe, and the seed standard error of its verdict statistic's difference.
+SEED_COLUMNS = ("n_seeds", "rank_ic_seed_sd", "ndcg_seed_sd", "sharpe_seed_sd", "seed_se")
 #: Columns of :attr:`StudyReport.trials` computed here (``trial_metrics`` supplies the rest).
 _TRIAL_COLUMNS = (
+    *COMPARISON_COLUMNS,
+    *SEED_COLUMNS,
+    "dsr",
     "sharpe",
     "sharpe_ci_low",
     "sharpe_ci_high",
@@ -161,11 +335,6 @@ _TRIAL_COLUMNS = (
     "ndcg",
     "turnover",
     "psr",
-    "dsr",
-    "diff_vs_baseline",
-    "diff_ci_low",
-    "diff_ci_high",
-    "verdict",
 )
 #: The run metrics a study's trials table reads from each trial's run (the rest is computed from returns):
 #: the rank IC with its standard error, the best single factor's rank IC on the same folds, the NDCG at the
@@ -249,8 +418,21 @@ def build_study_report(
     n_blocks: int = 16,
     n_boot: int = 1000,
     seed: int = 0,
+    daily_ranking: Mapping[str, pd.DataFrame | None] | None = None,
+    ic_lags: Mapping[str, int] | None = None,
+    primary: str = "rank_ic",
+    fold_rank_ic: pd.DataFrame | None = None,
+    seed_spread: pd.DataFrame | None = None,
 ) -> StudyReport:
     """Compare the trials of a sweep on their common test period.
+
+    Each trial is compared with the baseline on three paired differences: the daily rank IC and the daily
+    NDCG (means over the days both runs scored, Newey-West standard error with the runs' ``ic_lags``,
+    paired stationary-bootstrap interval) and the annualised Sharpe ratio (paired bootstrap interval).
+    The verdict rests on ``primary``: the trials' two-sided p-values of it (``diff / se``, normal) are
+    adjusted with Holm's step-down procedure (:func:`backtest.statistics.holm_adjust`) so that the chance
+    of any false "better" or "worse" in the study stays at 5%; a trial whose daily series are missing
+    (a run recorded before they were stored) is judged on the Sharpe difference instead, and a note says so.
 
     Parameters
     ----------
@@ -274,7 +456,21 @@ def build_study_report(
         ``2 * MIN_BLOCK_DAYS`` common days the PBO is skipped (noted).
     n_boot : bootstrap resamples of the Sharpe intervals and of the paired differences.
     seed : seeds every bootstrap: trial ``i``'s Sharpe interval uses ``default_rng([seed, i, 0])``, its
-        paired difference ``default_rng([seed, i, 1])``, so a trial's numbers do not depend on the others.
+        paired Sharpe, rank IC and NDCG differences ``default_rng([seed, i, 1])``, ``[seed, i, 2]`` and
+        ``[seed, i, 3]``, so a trial's numbers do not depend on the others.
+    daily_ranking : trial name -> DataFrame indexed by date with columns ``rank_ic`` and ``ndcg`` (a run's
+        ``data/daily_ranking.parquet``), or None for a run that has none; optional.
+    ic_lags : trial name -> the Newey-West lags of its daily series (the run's param ``ic_lags``: the label
+        horizon less one day); a missing trial counts 0.
+    primary : the statistic the verdicts rest on, one of :data:`~backtest.statistics.COMPARISON_STATISTICS`.
+    fold_rank_ic : DataFrame fold x trial, optional: each test fold's rank IC (the runs' ``fold/rank_ic``),
+        drawn overlaid.
+    seed_spread : DataFrame indexed by trial, optional: with seed replicates (each trial run with several
+        model seeds on one market, its returns and daily series the seeds' means), ``n_seeds`` and the
+        standard deviations (ddof=1) of the seeds' ``rank_ic_seed_sd``, ``ndcg_seed_sd``, ``sharpe_seed_sd``.
+        A difference then counts only if it also stands beyond the seed spread: ``|diff| > z_0.975 *
+        seed_se`` with ``seed_se = sqrt(sd_t^2 / n_t + sd_b^2 / n_b)`` of the verdict statistic, the
+        standard error the seeds' own variation puts on the difference of two seed means.
 
     Returns
     -------
@@ -283,8 +479,13 @@ def build_study_report(
     Raises
     ------
     DataContractError : no trial, returns / benchmark not dated, duplicated names or dates, fewer than 2
-        common dates, unknown baseline, ``n_trials`` below the number of trials, a bad ``n_blocks``.
+        common dates, unknown baseline, ``n_trials`` below the number of trials, a bad ``n_blocks``, an
+        unknown ``primary``.
     """
+    if primary not in COMPARISON_STATISTICS:
+        raise DataContractError(
+            f"study report: primary must be one of {', '.join(COMPARISON_STATISTICS)}; received {primary!r}."
+        )
     notes: list[str] = []
     frame = _aligned_returns(returns, benchmark, notes)
     names = [c for c in frame.columns if c != BENCHMARK_COLUMN]
@@ -318,13 +519,20 @@ def build_study_report(
             row[f"sharpe_ex_best_{suffix}"] = m.sharpe(rest)
             row[f"ann_return_ex_best_{suffix}"] = m.ann_return(rest)
         row.update({key: np.nan for key in TRIAL_RUN_METRICS}, psr=psr(r))
-        diff, low, high = paired_sharpe_difference(
-            r, frame[baseline], np.random.default_rng([seed, position, 1]), n_boot
-        )
-        row.update(diff_vs_baseline=diff, diff_ci_low=low, diff_ci_high=high)
-        row["verdict"] = _VERDICT_BASELINE if name == baseline else _verdict(low, high)
         rows[name] = row
-    trials = pd.DataFrame.from_dict(rows, orient="index")
+    comparisons = _comparisons(
+        frame,
+        names,
+        baseline,
+        dict(daily_ranking or {}),
+        dict(ic_lags or {}),
+        primary,
+        n_boot,
+        seed,
+        notes,
+        seed_spread,
+    )
+    trials = comparisons.join(pd.DataFrame.from_dict(rows, orient="index"))
     trials.index.name = "trial"
 
     sharpes = trials["sharpe"].astype(np.float64).dropna()
@@ -354,7 +562,8 @@ def build_study_report(
                 trials[key] = column.reindex(names).to_numpy(np.float64)
         for column in _config_columns(trial_metrics, names):
             trials[column] = trial_metrics[column].reindex(names).to_numpy()
-    trials = trials[[*_TRIAL_COLUMNS, *[c for c in trials.columns if c not in _TRIAL_COLUMNS]]]
+    ordered = [c for c in _TRIAL_COLUMNS if c in trials.columns]
+    trials = trials[[*ordered, *[c for c in trials.columns if c not in _TRIAL_COLUMNS]]]
 
     years = (
         pd.concat(
@@ -400,6 +609,8 @@ def build_study_report(
         expected_max_sharpe=expected_max_sharpe(n_trials, var),
         trial_sharpe_var=var,
         notes=tuple(notes),
+        primary=primary,
+        fold_rank_ic=None if fold_rank_ic is None else fold_rank_ic.reindex(columns=names),
     )
 
 
@@ -434,6 +645,33 @@ def _plot_equity(report: StudyReport, path: Path) -> Path:
         axes.set_title(f"{report.title}: equity curves")
         axes.legend(loc="upper left", fontsize="small", ncol=2 if len(colors) > 6 else 1)
         figure.autofmt_xdate()
+        figure.tight_layout()
+        return save_png(figure, path)
+
+
+def _plot_fold_rank_ic(report: StudyReport, folds: pd.DataFrame, path: Path) -> Path:
+    """Each trial's rank IC per test fold, overlaid (one line per trial, the baseline thicker)."""
+    colors = trial_colors(report.trial_names)
+    with new_figure((10, 4)) as figure:
+        axes = figure.add_subplot()
+        for name in folds.columns:
+            values = pd.to_numeric(folds[name], errors="coerce")
+            axes.plot(
+                [str(f) for f in folds.index],
+                values.to_numpy(np.float64),
+                marker="o",
+                markersize=3,
+                color=colors.get(name, "black"),
+                linewidth=1.8 if name == report.baseline else 1.1,
+                label=f"{name} (baseline, mean of folds {values.mean():+.4f})"
+                if name == report.baseline
+                else f"{name} (mean of folds {values.mean():+.4f})",
+            )
+        axes.axhline(0.0, color="black", linewidth=0.6)
+        axes.set_xlabel("test fold")
+        axes.set_ylabel("rank IC")
+        axes.set_title(f"{report.title}: rank IC per fold")
+        axes.legend(loc="upper left", fontsize="small", ncol=2 if len(folds.columns) > 6 else 1)
         figure.tight_layout()
         return save_png(figure, path)
 
@@ -496,11 +734,24 @@ def _reading(report: StudyReport) -> str:
     text = [
         f"{len(names)} trial(s) over {len(dates)} common trading days ({dates[0].date()} to {dates[-1].date()}); "
         f"{report.n_trials} counted as tried for the deflation.",
+    ]
+    verdicts = report.trials["verdict"].drop(report.baseline)
+    if len(verdicts):
+        counts = {v: int(verdicts.str.startswith(v).sum()) for v in (_VERDICT_BETTER, _VERDICT_WORSE, _VERDICT_NONE)}
+        on = STATISTIC_LABELS[report.primary]
+        fallback = int((report.trials["verdict_statistic"].drop(report.baseline) != report.primary).sum())
+        text.append(
+            f"Against the baseline {report.baseline}, on the paired {on} difference (Holm-adjusted over "
+            f"{len(verdicts)} comparison(s), 5% family-wise): {counts[_VERDICT_BETTER]} better, "
+            f"{counts[_VERDICT_WORSE]} worse, {counts[_VERDICT_NONE]} without a detectable difference"
+            + (f" ({fallback} judged on the Sharpe difference alone, see the notes)." if fallback else ".")
+        )
+    text.append(
         f"The best Sharpe ratio is {best}'s ({row['sharpe']:+.2f}, 95% interval {row['sharpe_ci_low']:+.2f} to "
         f"{row['sharpe_ci_high']:+.2f}); its deflated Sharpe ratio is DSR = {row['dsr']:.3f}, the probability that "
         f"its true Sharpe exceeds {report.expected_max_sharpe:+.2f}, the best one expected from {report.n_trials} "
-        "trials without skill (below 0.95 the win is not distinguishable from luck of the draw).",
-    ]
+        "trials without skill (below 0.95 the win is not distinguishable from luck of the draw)."
+    )
     if report.pbo is None:
         text.append("The probability of backtest overfitting was not computed (see the notes).")
     else:
@@ -511,28 +762,135 @@ def _reading(report: StudyReport) -> str:
             "halves, the trial that was best in sample ranked at or below the median out of sample (0: the "
             "selection held up; 0.5: no better than picking at random)."
         )
-    verdicts = report.trials["verdict"].drop(report.baseline)
-    if len(verdicts):
-        counts = {v: int((verdicts == v).sum()) for v in (_VERDICT_BETTER, _VERDICT_WORSE, _VERDICT_NONE)}
-        text.append(
-            f"Against the baseline {report.baseline}, with paired bootstrap intervals of the Sharpe difference: "
-            f"{counts[_VERDICT_BETTER]} better, {counts[_VERDICT_WORSE]} worse, {counts[_VERDICT_NONE]} without a "
-            "detectable difference."
-        )
     return " ".join(text)
 
 
+def _interval(value: float, low: float, high: float, digits: int) -> str:
+    """``+0.0134 [+0.0050, +0.0218]``; blank for an undefined value."""
+    if not np.isfinite(value):
+        return ""
+    bounds = f" [{low:+.{digits}f}, {high:+.{digits}f}]" if np.isfinite(low) and np.isfinite(high) else ""
+    return f"{value:+.{digits}f}{bounds}"
+
+
+def _number(value: object, spec: str) -> str:
+    value = float(value) if value is not None else float("nan")
+    return "" if not np.isfinite(value) else format(value, spec)
+
+
+#: columns of ``trial_metrics`` about the run rather than its configuration: shown with the trials' numbers
+_RUN_COLUMNS = ("minutes", "resumed_folds")
+#: decimals of each comparison statistic's difference in the tables
+_DIGITS = {"rank_ic": 4, "ndcg": 4, "sharpe": 2}
+
+
+def _comparison_display(report: StudyReport) -> pd.DataFrame:
+    """The trials table a person reads first: the verdict and the differences it rests on, the Sharpe
+    difference beside it, the DSR and the comparison's power; one short row per trial."""
+    t = report.trials
+    primary = report.primary
+    rows = []
+    for name, row in t.iterrows():
+        statistic = row["verdict_statistic"]
+        on = f"{primary}_diff"
+        if name == report.baseline:
+            seeds = {"seeds (seed s.e. of the diff)": str(int(row["n_seeds"]))} if "n_seeds" in t.columns else {}
+            rows.append({"trial": name, "verdict": _VERDICT_BASELINE, "DSR": _number(row["dsr"], ".2f"), **seeds})
+            continue
+        rows.append(
+            {
+                "trial": name,
+                "verdict": row["verdict"],
+                f"{STATISTIC_LABELS[primary]} diff [95% CI]": _interval(
+                    row[on], row[f"{on}_ci_low"], row[f"{on}_ci_high"], _DIGITS[primary]
+                ),
+                "p (Holm)": ""
+                if not np.isfinite(row["p_value"])
+                else f"{row['p_value']:.3f} ({row['p_holm']:.3f})" + ("" if statistic == primary else " Sharpe"),
+                "Sharpe diff [95% CI]": _interval(
+                    row["sharpe_diff"], row["sharpe_diff_ci_low"], row["sharpe_diff_ci_high"], 2
+                ),
+                "DSR": _number(row["dsr"], ".2f"),
+                "MDE rank IC": _number(row["mde_rank_ic"], ".4f"),
+                "days to resolve": _number(row["days_to_resolve"], ",.0f"),
+                **(
+                    {"seeds (seed s.e. of the diff)": f"{int(row['n_seeds'])} ({_number(row['seed_se'], '.4g')})"}
+                    if "n_seeds" in t.columns
+                    else {}
+                ),
+            }
+        )
+    return pd.DataFrame(rows, columns=list(rows[-1])).fillna("")
+
+
 def _trials_display(report: StudyReport) -> pd.DataFrame:
-    return report.trials.reset_index()
+    """The trials' own numbers, one short row each (the CSV holds every column)."""
+    t = report.trials
+    return pd.DataFrame(
+        {
+            "trial": t.index,
+            "Sharpe [95% CI]": [
+                _interval(r["sharpe"], r["sharpe_ci_low"], r["sharpe_ci_high"], 2) for _, r in t.iterrows()
+            ],
+            "ex best month": [_number(v, "+.2f") for v in t["sharpe_ex_best_month"]],
+            "ann. return": [_number(v, "+.1%") for v in t["ann_return"]],
+            "max DD": [_number(v, ".1%") for v in t["max_drawdown"]],
+            "rank IC (s.e.)": [
+                _number(r["rank_ic_mean"], "+.4f")
+                + (f" ({r['rank_ic_se']:.4f})" if np.isfinite(r["rank_ic_se"]) else "")
+                for _, r in t.iterrows()
+            ],
+            "NDCG": [_number(v, ".4f") for v in t["ndcg"]],
+            "turnover": [_number(v, ".1f") for v in t["turnover"]],
+            "PSR": [_number(v, ".2f") for v in t["psr"]],
+            "DSR": [_number(v, ".2f") for v in t["dsr"]],
+            **({"minutes": [_number(v, ".1f") for v in t["minutes"]]} if "minutes" in t else {}),
+            **({"resumed folds": [_number(v, ".0f") for v in t["resumed_folds"]]} if "resumed_folds" in t else {}),
+        }
+    )
+
+
+def _short(value: object, width: int = 48) -> str:
+    """A config value for a table cell: a long list as its length and first items, other long text cut.
+
+    >>> _short('["ret_1d", "ret_5d", "vol_20d", "rsi_14", "mf_net_ma5", "mf_main_net_rate_ma5"]', 30)
+    '6 items: ret_1d, ret_5d…'
+    >>> _short("all")
+    'all'
+    """
+    text = "" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)
+    if len(text) <= width:
+        return text
+    items = None
+    try:
+        parsed = json.loads(text)
+        items = [str(v) for v in parsed] if isinstance(parsed, list) else None
+    except ValueError:
+        pass
+    if items is not None:
+        head = f"{len(items)} items: "
+        shown = ""
+        for item in items:
+            candidate = f"{shown}, {item}" if shown else item
+            if len(head) + len(candidate) > width:
+                break
+            shown = candidate
+        return f"{head}{shown}…"
+    return text[: width - 1] + "…"
+
+
+def _config_display(report: StudyReport) -> pd.DataFrame | None:
+    """The configuration that differs between the trials, cells shortened; None when nothing differs."""
+    columns = [c for c in report.trials.columns if c not in (*_TRIAL_COLUMNS, *_RUN_COLUMNS)]
+    if not columns:
+        return None
+    table = report.trials[columns].map(_short)
+    return table.reset_index()
 
 
 def _years_display(report: StudyReport, column: str) -> pd.DataFrame:
     table = report.years[column].unstack("series")[list(report.returns.columns)]
     return table.reset_index()
-
-
-def _comparison_display(report: StudyReport) -> pd.DataFrame:
-    return report.trials[["sharpe", "diff_vs_baseline", "diff_ci_low", "diff_ci_high", "verdict"]].reset_index()
 
 
 def _pbo_summary(pbo: PBOResult) -> pd.DataFrame:
@@ -546,7 +904,34 @@ def _pbo_text(pbo: PBOResult) -> str:
         f"PBO = {pbo.pbo:.3f} with n_blocks = {pbo.n_blocks} ({size_text} days each) and n_combinations = "
         f"{pbo.n_combinations:,}. Performance degradation: OOS = {pbo.degradation_slope:.3f} x IS "
         f"{pbo.degradation_intercept:+.4f} (least squares over the combinations, per-day Sharpe of the IS-best "
-        f"trial); probability of an OOS loss {pbo.prob_oos_loss:.3f}."
+        f"trial); probability of an OOS loss {pbo.prob_oos_loss:.3f}. A slope near -1 is mechanical here, not "
+        "evidence of overfitting: CSCV's in-sample and out-of-sample halves are complements, so a trial's "
+        "full-period mean return is the average of its two halves' and a half that did better in sample did "
+        "worse out of sample by about as much. Read the PBO and the probability of an OOS loss, not the slope."
+    )
+
+
+def _comparison_text(report: StudyReport) -> str:
+    on = STATISTIC_LABELS[report.primary]
+    return (
+        f"The verdicts rest on the paired {on} difference (study.primary = {report.primary}): the mean over the "
+        "days both runs scored of the trial's daily value minus the baseline's, its Newey-West standard error "
+        "(lags = the label horizon less one day, recorded with each run as ic_lags) and a paired "
+        "stationary-bootstrap 95% interval (the same resampled days for both series). p is the two-sided "
+        "normal p-value of diff / s.e.; Holm's step-down adjustment over the study's comparisons keeps the "
+        "chance of any false better/worse at 5%. The Sharpe difference is shown beside it with its paired "
+        "bootstrap interval. MDE rank IC: the smallest rank IC difference this test period detects with 80% "
+        "power at 5% two-sided, 2.80 standard errors; days to resolve: for an unresolved difference, the "
+        "test days at which the observed difference would be that detectable (the s.e. shrinking as "
+        "1 / sqrt(days))."
+        + (
+            " Seed replicates: each trial's numbers are its seeds' means (returns, daily series); a difference "
+            "counts only if it also stands beyond the seed spread, |diff| > 1.96 x sqrt(sd_trial^2 / n_trial + "
+            "sd_baseline^2 / n_baseline) with sd the standard deviation of the seeds' values of the verdict "
+            "statistic."
+            if "n_seeds" in report.trials.columns
+            else ""
+        )
     )
 
 
@@ -562,6 +947,9 @@ def study_summary(report: StudyReport) -> dict[str, object]:
         "n_days": int(len(dates)),
         "trials": list(report.trial_names),
         "baseline": report.baseline,
+        "primary": report.primary,
+        "verdict_statistic": {name: str(v) for name, v in report.trials["verdict_statistic"].items()},
+        "comparisons": _comparison_summary(report),
         "best_trial": report.best_trial,
         "n_trials": int(report.n_trials),
         "trial_sharpe_var": _finite_or_none(report.trial_sharpe_var),
@@ -573,6 +961,17 @@ def study_summary(report: StudyReport) -> dict[str, object]:
     }
 
 
+def _comparison_summary(report: StudyReport) -> dict[str, dict[str, object]]:
+    """Each non-baseline trial's comparison columns, JSON-ready (NaN and inf as null)."""
+    out = {}
+    for name, row in report.trials.drop(index=report.baseline).iterrows():
+        out[str(name)] = {
+            key: (str(row[key]) if isinstance(row[key], str) else _finite_or_none(float(row[key])))
+            for key in COMPARISON_COLUMNS
+        }
+    return out
+
+
 def _finite_or_none(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
@@ -580,12 +979,17 @@ def _finite_or_none(value: float) -> float | None:
 def write_study_report(directory: Path | str, report: StudyReport) -> list[Path]:
     """Write ``report`` into ``directory`` (created), file names from :data:`STUDY_REPORT_FILES`.
 
-    ``study_report.html`` is self-contained (the PNGs embedded as base64): title, a plain reading (PBO,
-    the best trial's DSR), the equity curves of every trial and the benchmark, the trials table, the
-    per-year returns and Sharpe ratios, the PBO section (logit histogram, n_blocks, n_combinations), the
-    baseline comparison and the notes. ``study_report.md`` holds the same tables and links the PNGs by
-    file name. ``study_pbo.csv`` has one row per CSCV combination (only its header when the PBO was
-    skipped, and ``study_pbo.png`` is then not written). Every trial keeps one tab10 colour in both charts.
+    ``study_report.html`` is self-contained (the PNGs embedded as base64): title, a plain reading (the
+    verdicts, the best trial's DSR, PBO), the comparison with the baseline first (one short row per trial:
+    verdict, the primary statistic's difference with its interval and p-values, the Sharpe difference,
+    DSR, power), the equity curves of every trial and the benchmark, the trials' rank IC per fold overlaid,
+    the trials' own numbers, the per-year returns and Sharpe ratios, the PBO section (logit histogram,
+    n_blocks, n_combinations), the configuration that differs between the trials last, and the notes.
+    ``study_report.md`` holds the same tables and links the PNGs by file name. ``study_trials.csv`` holds
+    every column of :attr:`StudyReport.trials`. ``study_pbo.csv`` has one row per CSCV combination (only
+    its header when the PBO was skipped, and ``study_pbo.png`` is then not written);
+    ``study_fold_rank_ic.png`` is written when the report has the folds' rank IC. Every trial keeps one
+    tab10 colour in every chart.
 
     Returns
     -------
@@ -609,11 +1013,26 @@ def write_study_report(directory: Path | str, report: StudyReport) -> list[Path]
     images = {"equity": _plot_equity(report, path["equity"])}
     if report.pbo is not None:
         images["pbo_plot"] = _plot_pbo(report, report.pbo, path["pbo_plot"])
+    folds = report.fold_rank_ic
+    if folds is not None and folds.notna().any().any():
+        images["fold_rank_ic"] = _plot_fold_rank_ic(report, folds, path["fold_rank_ic"])
     written += list(images.values())
 
     reading = _reading(report)
     sections: list[tuple[str, str, pd.DataFrame | None, str | None]] = [
+        (
+            f"Comparison with the baseline ({report.baseline})",
+            _comparison_text(report),
+            _comparison_display(report),
+            None,
+        ),
         ("Equity curves", "", None, "equity"),
+    ]
+    if "fold_rank_ic" in images:
+        sections.append(
+            ("Rank IC per fold", "Each trial's mean daily rank IC in each test fold.", None, "fold_rank_ic")
+        )
+    sections += [
         (
             "Trials",
             f"n_trials = {report.n_trials} (for the DSR); expected max Sharpe of that many unskilled trials "
@@ -643,15 +1062,11 @@ def write_study_report(directory: Path | str, report: StudyReport) -> list[Path]
                 None,
             )
         )
-    sections.append(
-        (
-            f"Comparison with the baseline ({report.baseline})",
-            "Annualised Sharpe difference with a paired stationary-bootstrap 95% interval (the same "
-            "resampled days for both series).",
-            _comparison_display(report),
-            None,
+    config = _config_display(report)
+    if config is not None:
+        sections.append(
+            ("Configuration", "What differs between the trials (study_trials.csv holds the full values).", config, None)
         )
-    )
 
     markdown = [f"# {report.title}", "", reading, ""]
     body = [

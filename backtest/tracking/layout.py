@@ -30,6 +30,9 @@ class RunArtifacts:
     positions: str = "data/positions.parquet"  # weights per (date, code)
     # columns strategy, equal_weight and baseline_<name> of each baseline (backtest.baselines); by date
     daily_returns: str = "data/daily_returns.parquet"
+    # columns rank_ic and ndcg (at the param ndcg_depth) per scored day with a known label, by date: the
+    # daily series a study pairs two runs on (backtest.metrics.daily_ranking_quality)
+    daily_ranking: str = "data/daily_ranking.parquet"
     periods: str = "data/periods.csv"  # one row per rebalance period
     fold_metrics: str = "data/fold_metrics.csv"  # one row per fold (also logged as fold/<name>, step = fold)
     feature_importance: str = "data/feature_importance.csv"  # fold x feature gain

@@ -447,16 +447,27 @@ class TrackedRun:
                 logged.append(target)
         return logged
 
-    def load_frame(self, artifact_file: str) -> pd.DataFrame:
-        """Read back a ``.parquet`` artifact written by :meth:`log_frame`."""
+    def load_frame(self, artifact_file: str, *, missing_ok: bool = False) -> pd.DataFrame | None:
+        """Read back a ``.parquet`` or ``.csv`` artifact written by :meth:`log_frame`.
+
+        With ``missing_ok``, a run without the file (recorded before the file was added) gives None
+        instead of a TrackingError.
+        """
         with tempfile.TemporaryDirectory(prefix="rankbacktest-artifact-") as tmp:
-            try:
-                path = self.tracker.client.download_artifacts(self.run_id, artifact_file, tmp)
-            except (MlflowException, OSError) as exc:
-                raise TrackingError(
-                    f"run {self.run_id} has no readable artifact {artifact_file!r}: {exc}. Fix: read a run "
-                    "made by `python -m backtest`, whose artifacts are complete."
-                ) from exc
+            if missing_ok:
+                path = self.download(artifact_file, tmp)
+                if path is None:
+                    return None
+            else:
+                try:
+                    path = self.tracker.client.download_artifacts(self.run_id, artifact_file, tmp)
+                except (MlflowException, OSError) as exc:
+                    raise TrackingError(
+                        f"run {self.run_id} has no readable artifact {artifact_file!r}: {exc}. Fix: read a run "
+                        "made by `python -m backtest`, whose artifacts are complete."
+                    ) from exc
+            if Path(artifact_file).suffix.lower() == ".csv":
+                return pd.read_csv(path, index_col=0)
             return pd.read_parquet(path)
 
     def download(self, artifact_file: str, directory: Path | str) -> str | None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from scipy.stats import norm
 
 from backtest import metrics as m
 from backtest.errors import DataContractError
@@ -19,7 +21,7 @@ from backtest.reports.study import (
     trial_colors,
     write_study_report,
 )
-from backtest.statistics import dsr, expected_max_sharpe, pbo_cscv, psr
+from backtest.statistics import dsr, expected_max_sharpe, hac_standard_error, holm_adjust, pbo_cscv, psr
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -103,18 +105,26 @@ def test_report_numbers_equal_the_metrics(study) -> None:
     assert "params.seed" not in study.trials.columns and "metrics.sharpe" not in study.trials.columns
 
 
-def test_report_verdicts(study) -> None:
+def test_report_verdicts_without_daily_series_rest_on_the_sharpe(study) -> None:
     verdicts = study.trials["verdict"].to_dict()
-    assert verdicts == {
-        "base": "baseline",
-        "better": "better than baseline (interval above 0)",
-        "worse": "worse than baseline (interval below 0)",
-        "reversed": "no detectable difference (interval spans 0)",
-    }
+    assert verdicts["base"] == "baseline"
+    assert verdicts["better"] == "better than baseline (Sharpe, Holm p < 0.001)"
+    assert verdicts["worse"] == "worse than baseline (Sharpe, Holm p < 0.001)"
+    assert verdicts["reversed"].startswith("no detectable difference (Sharpe, Holm p = ")
+    assert study.trials["verdict_statistic"].drop("base").eq("sharpe").all() and study.primary == "rank_ic"
+    assert any(n.startswith("No paired rank IC difference for better, worse, reversed") for n in study.notes)
     base = study.trials.loc["base"]
-    assert (base["diff_vs_baseline"], base["diff_ci_low"], base["diff_ci_high"]) == (0.0, 0.0, 0.0)
+    assert (base["sharpe_diff"], base["sharpe_diff_ci_low"], base["sharpe_diff_ci_high"]) == (0.0, 0.0, 0.0)
     better = study.trials.loc["better"]
-    assert better["diff_vs_baseline"] == pytest.approx(better["sharpe"] - base["sharpe"], rel=1e-12)
+    assert better["sharpe_diff"] == pytest.approx(better["sharpe"] - base["sharpe"], rel=1e-12)
+    # the Sharpe's p-value comes from the normal reading of its paired bootstrap interval
+    se = (better["sharpe_diff_ci_high"] - better["sharpe_diff_ci_low"]) / (2 * 1.959963984540054)
+    assert better["sharpe_diff_se"] == pytest.approx(se, rel=1e-12)
+    assert better["p_value"] == pytest.approx(2 * norm.sf(abs(better["sharpe_diff"] / se)), rel=1e-9)
+    np.testing.assert_allclose(
+        study.trials["p_holm"].drop("base"), holm_adjust(study.trials["p_value"].drop("base")), rtol=1e-12
+    )
+    assert np.isnan(study.trials.loc["base", "p_holm"]) and np.isnan(better["rank_ic_diff"])
 
 
 def test_report_years_compound_by_hand(study) -> None:
@@ -191,7 +201,7 @@ def test_report_input_errors(study_inputs) -> None:
 
 def test_write_study_report(tmp_path: Path, study) -> None:
     written = write_study_report(tmp_path / "study", study)
-    assert {p.name for p in written} == set(STUDY_REPORT_FILES.values())
+    assert {p.name for p in written} == set(STUDY_REPORT_FILES.values()) - {STUDY_REPORT_FILES["fold_rank_ic"]}
     assert all(p.parent == tmp_path / "study" and p.stat().st_size > 0 for p in written)
 
     page = (tmp_path / "study" / STUDY_REPORT_FILES["html"]).read_text(encoding="utf-8")
@@ -205,11 +215,15 @@ def test_write_study_report(tmp_path: Path, study) -> None:
     assert all(base64.b64decode(data).startswith(PNG_MAGIC) for data in images)
     assert base64.b64decode(images[0]) == (tmp_path / "study" / STUDY_REPORT_FILES["equity"]).read_bytes()
     assert "n_combinations = 3,432" in page and "n_blocks = 14" in page
-    assert "better than baseline (interval above 0)" in page
+    assert "better than baseline (Sharpe, Holm p &lt; 0.001)" in page
+    assert "slope near -1 is mechanical" in page and "complements" in page
 
     markdown = (tmp_path / "study" / STUDY_REPORT_FILES["markdown"]).read_text(encoding="utf-8")
     assert f"]({STUDY_REPORT_FILES['equity']})" in markdown and f"]({STUDY_REPORT_FILES['pbo_plot']})" in markdown
-    assert "| trial | sharpe |" in markdown
+    assert "| trial | verdict | rank IC diff [95% CI] | p (Holm) | Sharpe diff [95% CI] | DSR |" in markdown
+    # the comparison comes first, the configuration last
+    assert markdown.index("## Comparison with the baseline") < markdown.index("## Equity curves")
+    assert markdown.index("## Probability of backtest overfitting") < markdown.index("## Configuration")
 
     combos = pd.read_csv(tmp_path / "study" / STUDY_REPORT_FILES["pbo"])
     assert len(combos) == study.pbo.n_combinations
@@ -228,7 +242,8 @@ def test_write_single_trial_report_without_pbo(tmp_path: Path, study_inputs) -> 
     returns, benchmark, _ = study_inputs
     report = build_study_report(returns[["base"]], benchmark, title="alone", n_boot=50)
     written = write_study_report(tmp_path, report)
-    assert {p.name for p in written} == set(STUDY_REPORT_FILES.values()) - {STUDY_REPORT_FILES["pbo_plot"]}
+    not_written = {STUDY_REPORT_FILES["pbo_plot"], STUDY_REPORT_FILES["fold_rank_ic"]}  # no PBO, no folds given
+    assert {p.name for p in written} == set(STUDY_REPORT_FILES.values()) - not_written
     page = (tmp_path / STUDY_REPORT_FILES["html"]).read_text(encoding="utf-8")
     assert "Not computed: PBO not computed: it needs at least 2 trials" in page
     assert page.count("data:image/png;base64,") == 1
@@ -239,3 +254,192 @@ def test_trial_colours_are_fixed_by_position() -> None:
     colors = trial_colors(["a", "b", "c"])
     assert colors == {"a": "#1f77b4", "b": "#ff7f0e", "c": "#2ca02c", BENCHMARK_COLUMN: "#8c8c8c"}
     assert trial_colors([f"t{i}" for i in range(11)])["t10"] == "#1f77b4"  # tab10 cycles
+
+
+# --------------------------------------------------------------------------------------------------
+# Comparisons on the daily rank IC and NDCG
+
+
+@pytest.fixture(scope="module")
+def ranking_inputs():
+    """Three trials with the baseline's daily returns (so no Sharpe difference) and different daily rank ICs,
+    and one run recorded before the daily series were stored."""
+    rng = np.random.default_rng(21)
+    base_returns = pd.Series(rng.normal(0.0004, 0.01, len(DAYS)), index=DAYS)
+    returns = pd.DataFrame({name: base_returns for name in ("base", "edge", "noise", "old")})
+    returns["old"] = base_returns + rng.normal(0, 0.002, len(DAYS))
+    benchmark = pd.Series(rng.normal(0.0003, 0.009, len(DAYS)), index=DAYS)
+    shared = pd.Series(rng.normal(0.03, 0.12, len(DAYS)), index=DAYS).rolling(5, min_periods=1).mean()
+    base_ic = shared.copy()
+    base_ic.iloc[[0, 1, 2]] = np.nan  # days whose label is unknown yet
+    noise = pd.Series(rng.normal(0, 0.03, len(DAYS)), index=DAYS)
+    noise = noise - noise.iloc[3:].mean() + 0.0008  # a rank IC edge of exactly 0.0008 on the common days
+    daily = {
+        "base": pd.DataFrame({"rank_ic": base_ic, "ndcg": 0.5 + shared / 4}),
+        "edge": pd.DataFrame({"rank_ic": shared + 0.015 + rng.normal(0, 0.03, len(DAYS)), "ndcg": 0.5 + shared / 4}),
+        "noise": pd.DataFrame({"rank_ic": shared + noise, "ndcg": 0.5 + shared / 4 - 0.01}),
+        "old": None,
+    }
+    lags = {"base": 4, "edge": 4, "noise": 4}
+    folds = pd.DataFrame({"base": [0.02, 0.03, 0.04], "edge": [0.04, 0.05, 0.05], "noise": [0.02, 0.04, 0.03]})
+    return returns, benchmark, daily, lags, folds
+
+
+@pytest.fixture(scope="module")
+def ranked(ranking_inputs):
+    returns, benchmark, daily, lags, folds = ranking_inputs
+    return build_study_report(
+        returns, benchmark, title="ranked", daily_ranking=daily, ic_lags=lags, fold_rank_ic=folds, n_boot=300
+    )
+
+
+def test_report_compares_the_daily_rank_ic_on_the_common_days(ranked, ranking_inputs) -> None:
+    _, _, daily, _, _ = ranking_inputs
+    t = ranked.trials
+    common = daily["edge"]["rank_ic"].iloc[3:] - daily["base"]["rank_ic"].iloc[3:]
+    edge = t.loc["edge"]
+    assert edge["rank_ic_diff_days"] == len(DAYS) - 3
+    assert edge["rank_ic_diff"] == pytest.approx(common.mean(), rel=1e-12)
+    assert edge["rank_ic_diff_se"] == pytest.approx(hac_standard_error(common.to_numpy(), 4), rel=1e-12)
+    assert edge["rank_ic_diff_ci_low"] < edge["rank_ic_diff"] < edge["rank_ic_diff_ci_high"]
+    z = edge["rank_ic_diff"] / edge["rank_ic_diff_se"]
+    assert edge["rank_ic_diff_p"] == pytest.approx(2 * norm.sf(abs(z)), rel=1e-9)
+    assert edge["mde_rank_ic"] == pytest.approx(2.8015852 * edge["rank_ic_diff_se"], rel=1e-6)
+    # the NDCG is paired the same way: the noise trial's is 0.01 lower on every day
+    assert t.loc["noise", "ndcg_diff"] == pytest.approx(-0.01, abs=1e-12)
+    assert t.loc["noise", "ndcg_diff_ci_low"] == pytest.approx(-0.01, abs=1e-12)
+    # same daily returns: no Sharpe difference, while the rank IC resolves the edge
+    assert edge["sharpe_diff"] == 0.0 and edge["verdict_statistic"] == "rank_ic"
+    assert edge["verdict"].startswith("better than baseline (rank IC, Holm p ")
+    noise = t.loc["noise"]
+    assert noise["rank_ic_diff"] == pytest.approx(0.0008, rel=1e-9)
+    assert noise["verdict"].startswith("no detectable difference (rank IC, Holm p = ")
+
+
+def test_report_verdicts_hold_the_family_wise_error_with_holm(ranked) -> None:
+    t = ranked.trials.drop("base")
+    np.testing.assert_allclose(t["p_holm"], holm_adjust(t["p_value"]), rtol=1e-12)
+    assert (t["p_holm"] >= t["p_value"]).all()
+    # the old run has no daily series: its p-value is the Sharpe's, and it joins the same family
+    old = ranked.trials.loc["old"]
+    assert old["verdict_statistic"] == "sharpe" and np.isnan(old["rank_ic_diff"])
+    assert old["p_value"] == old["sharpe_diff_p"] and "(Sharpe, Holm p" in old["verdict"]
+    assert any(
+        note.startswith("No paired rank IC difference for old: old was recorded before") for note in ranked.notes
+    )
+
+
+def test_an_unresolved_difference_says_how_many_days_would_resolve_it(ranked) -> None:
+    noise = ranked.trials.loc["noise"]
+    multiplier = norm.ppf(0.975) + norm.ppf(0.80)
+    expected = np.ceil(
+        noise["rank_ic_diff_days"] * (multiplier * noise["rank_ic_diff_se"] / abs(noise["rank_ic_diff"])) ** 2
+    )
+    assert noise["days_to_resolve"] == expected > len(DAYS)  # more days than the test has
+    assert np.isnan(ranked.trials.loc["edge", "days_to_resolve"])  # resolved: nothing to wait for
+
+
+def test_report_verdicts_on_ndcg_or_sharpe_when_the_study_says_so(ranking_inputs) -> None:
+    returns, benchmark, daily, lags, _ = ranking_inputs
+    on_ndcg = build_study_report(
+        returns, benchmark, title="n", daily_ranking=daily, ic_lags=lags, primary="ndcg", n_boot=100
+    )
+    noise = on_ndcg.trials.loc["noise"]
+    assert noise["verdict_statistic"] == "ndcg" and noise["verdict"].startswith("worse than baseline (NDCG, Holm p")
+    assert noise["p_value"] == noise["ndcg_diff_p"]
+    on_sharpe = build_study_report(
+        returns, benchmark, title="s", daily_ranking=daily, ic_lags=lags, primary="sharpe", n_boot=100
+    )
+    assert on_sharpe.trials["verdict_statistic"].eq("sharpe").all()
+    # identical daily returns: a Sharpe difference of exactly 0, however large the rank IC edge
+    assert on_sharpe.trials.loc["edge", "verdict"] == "no detectable difference (Sharpe, Holm p = 1.000)"
+    assert not any(note.startswith("No paired") for note in on_sharpe.notes)
+    with pytest.raises(DataContractError, match="primary must be one of rank_ic, ndcg, sharpe"):
+        build_study_report(returns, benchmark, title="x", primary="ic")
+
+
+def test_written_report_overlays_the_folds_and_shortens_the_configuration(tmp_path: Path, ranked) -> None:
+    written = write_study_report(tmp_path, ranked)
+    assert {p.name for p in written} == set(STUDY_REPORT_FILES.values())
+    assert (tmp_path / STUDY_REPORT_FILES["fold_rank_ic"]).read_bytes().startswith(PNG_MAGIC)
+    markdown = (tmp_path / STUDY_REPORT_FILES["markdown"]).read_text(encoding="utf-8")
+    assert f"]({STUDY_REPORT_FILES['fold_rank_ic']})" in markdown
+    summary = json.loads((tmp_path / STUDY_REPORT_FILES["summary"]).read_text(encoding="utf-8"))
+    assert summary["primary"] == "rank_ic" and summary["verdict_statistic"]["old"] == "sharpe"
+    edge = summary["comparisons"]["edge"]
+    assert edge["rank_ic_diff"] == pytest.approx(ranked.trials.loc["edge", "rank_ic_diff"], rel=1e-12)
+    assert edge["days_to_resolve"] is None and summary["comparisons"]["noise"]["days_to_resolve"] > 0
+    trials = pd.read_csv(tmp_path / STUDY_REPORT_FILES["trials"], index_col="trial")
+    assert list(trials.columns[:3]) == ["verdict", "verdict_statistic", "rank_ic_diff"]
+
+
+def test_configuration_cells_are_short_and_last(tmp_path: Path, study_inputs) -> None:
+    returns, benchmark, trial_metrics = study_inputs
+    features = json.dumps([f"feature_{i}" for i in range(40)])
+    report = build_study_report(
+        returns,
+        benchmark,
+        title="wide",
+        trial_metrics=trial_metrics.assign(**{"features.exclude": [features, "[]", "[]", "[]"]}),
+        n_boot=50,
+    )
+    write_study_report(tmp_path, report)
+    markdown = (tmp_path / STUDY_REPORT_FILES["markdown"]).read_text(encoding="utf-8")
+    configuration = markdown[markdown.index("## Configuration") :]
+    assert "40 items: feature_0, feature_1" in configuration and "feature_39" not in configuration
+    assert "| trial | params.model.lr | features.exclude |" in configuration
+    trials = pd.read_csv(tmp_path / STUDY_REPORT_FILES["trials"], index_col="trial")
+    assert trials.loc["base", "features.exclude"] == features  # the CSV keeps the full value
+    assert list(trials.columns[-2:]) == ["params.model.lr", "features.exclude"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Seed replicates
+
+
+def test_a_difference_within_the_seed_spread_does_not_count(ranking_inputs) -> None:
+    returns, benchmark, daily, lags, _ = ranking_inputs
+    edge_diff = build_study_report(returns, benchmark, title="x", daily_ranking=daily, ic_lags=lags, n_boot=50)
+    edge = edge_diff.trials.loc["edge", "rank_ic_diff"]  # about +0.015, resolved by the daily noise alone
+    spread = pd.DataFrame(
+        {
+            "n_seeds": [3, 3, 3, 1],
+            "rank_ic_seed_sd": [0.002, 0.02, 0.001, np.nan],  # the edge trial's seeds disagree widely
+            "ndcg_seed_sd": [0.001, 0.001, 0.001, np.nan],
+            "sharpe_seed_sd": [0.3, 0.3, 0.3, np.nan],
+        },
+        index=["base", "edge", "noise", "old"],
+    )
+    report = build_study_report(
+        returns, benchmark, title="seeds", daily_ranking=daily, ic_lags=lags, seed_spread=spread, n_boot=50
+    )
+    row = report.trials.loc["edge"]
+    seed_se = np.sqrt(0.02**2 / 3 + 0.002**2 / 3)  # 0.0116: 1.96 x 0.0116 = 0.0228 > 0.015
+    assert row["seed_se"] == pytest.approx(seed_se, rel=1e-12) and row["rank_ic_diff"] == pytest.approx(edge)
+    assert row["p_holm"] < 0.05 and abs(edge) < 1.96 * seed_se
+    assert (
+        row["verdict"].startswith("no detectable difference (rank IC, Holm p ")
+        and "within the seed spread" in row["verdict"]
+    )
+    assert row["n_seeds"] == 3 and row["rank_ic_seed_sd"] == 0.02 and row["sharpe_seed_sd"] == 0.3
+    # the old run (one seed, no daily series) is judged on the Sharpe: only the baseline's seeds count
+    old = report.trials.loc["old"]
+    assert old["seed_se"] == pytest.approx(0.3 / np.sqrt(3), rel=1e-12) and old["n_seeds"] == 1
+    # tighter seeds: the same difference counts
+    tight = build_study_report(
+        returns,
+        benchmark,
+        title="tight",
+        daily_ranking=daily,
+        ic_lags=lags,
+        seed_spread=spread.assign(rank_ic_seed_sd=[0.002, 0.003, 0.001, np.nan]),
+        n_boot=50,
+    )
+    assert tight.trials.loc["edge", "verdict"].startswith("better than baseline (rank IC")
+    assert list(tight.trials.columns[tight.trials.columns.get_loc("days_to_resolve") + 1 :][:5]) == [
+        "n_seeds",
+        "rank_ic_seed_sd",
+        "ndcg_seed_sd",
+        "sharpe_seed_sd",
+        "seed_se",
+    ]

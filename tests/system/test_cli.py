@@ -90,6 +90,12 @@ def test_main_job_records_one_complete_run(tmp_path: Path, capsys, compose_confi
         assert tags[key]
     assert tags["resumed_folds"] == "0" and int(tags["days_blocked"]) == out["metrics"]["days_blocked"]
     assert run.data.params["backtest.purge"] == "True" and run.data.params["seed"] == "42"
+    # the daily series a study pairs runs on: their means are the headline rank IC and NDCG
+    assert run.data.params["ic_lags"] == "4"  # the 5-day label less one day
+    ranking = pd.read_parquet(client.download_artifacts(out["run_id"], ARTIFACTS.daily_ranking, str(tmp_path)))
+    assert list(ranking.columns) == ["rank_ic", "ndcg"] and isinstance(ranking.index, pd.DatetimeIndex)
+    assert ranking["rank_ic"].mean() == pytest.approx(out["metrics"]["rank_ic_mean"], rel=1e-12)
+    assert ranking["ndcg"].mean() == pytest.approx(out["metrics"]["ndcg"], rel=1e-12)
     artifacts = _all_artifacts(client, out["run_id"])
     for path in (
         "data/predictions.parquet",

@@ -89,6 +89,98 @@ def test_study_runs_end_to_end_and_reports(study: str, tmp_path: Path) -> None:
     assert f"study {study}:" in proc.stdout
 
 
+def test_a_bad_primary_statistic_is_refused_before_any_run(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backtest",
+            "-m",
+            "+study=moneyflow",
+            "study.primary=sharp",
+            *TINY_MARKET,
+            f"tracking.uri=sqlite:///{store / 'mlruns.db'}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "study.primary: expected one of rank_ic, ndcg, sharpe; received 'sharp'" in proc.stderr
+    assert "fix: study.primary=rank_ic" in proc.stderr
+    assert not store.exists()  # no parent run, no job run: the store was never touched
+
+
+def test_a_seed_sweep_that_would_change_the_market_is_refused_before_any_run(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backtest",
+            "-m",
+            "+study=moneyflow",
+            "seed=1,2",  # data.seed follows seed unless pinned
+            *TINY_MARKET,
+            f"tracking.uri=sqlite:///{store / 'mlruns.db'}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert (
+        "every replicate would get another market" in proc.stderr and "fix: pin the market: data.seed=42" in proc.stderr
+    )
+    assert not store.exists()
+
+
+@pytest.mark.slow
+def test_a_study_with_seed_replicates_nests_every_replicate_under_one_parent(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backtest",
+            "-m",
+            "+study=moneyflow",
+            "seed=1,2",
+            "data.seed=42",
+            *TINY_MARKET,
+            "tracking.tearsheet=false",
+            f"tracking.uri={uri}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "OMP_NUM_THREADS": "1"},
+        timeout=1800,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("rankbacktest").experiment_id])
+    (parent,) = [r for r in runs if r.data.tags["run_kind"] == "sweep"]
+    children = [r for r in runs if r.data.tags["run_kind"] == "backtest"]
+    assert len(children) == 4 and parent.data.tags["n_trials"] == "2"  # 2 configurations x 2 seeds
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+    assert {c.data.params["data.seed"] for c in children} == {"42"}  # one market
+    assert (
+        len({c.data.tags["trial_key"] for c in children}) == 2
+        and len({c.data.tags["config_key"] for c in children}) == 4
+    )
+    assert parent.data.metrics["n_trials"] == 2 and parent.data.metrics["features_no_moneyflow/n_seeds"] == 2
+    assert math.isfinite(parent.data.metrics["features_no_moneyflow/rank_ic_diff"])
+
+
 def test_the_digest_tabulates_every_study_report_under_a_folder(tmp_path: Path) -> None:
     rng = np.random.default_rng(7)
     dates = pd.bdate_range("2024-01-02", periods=300)
@@ -110,6 +202,7 @@ def test_the_digest_tabulates_every_study_report_under_a_folder(tmp_path: Path) 
     cells = [c.strip() for c in beta.strip("|").split("|")]
     assert cells[2] == f"{trials.at['a=2', 'sharpe']:+.2f}" and cells[8] == f"{trials.at['a=2', 'dsr']:.2f}"
     assert cells[6] == f"{trials.at['a=2', 'rank_ic_mean']:+.4f}" and cells[7] == ""  # no s.e. or factor given
-    assert cells[9].startswith(f"{trials.at['a=2', 'diff_vs_baseline']:+.2f} [") and cells[11] == "4.5"
+    assert cells[9].startswith(f"{trials.at['a=2', 'sharpe_diff']:+.2f} [") and cells[14] == "4.5"
+    assert cells[10].startswith("sharpe ") and cells[11] in ("better than baseline", "no detectable difference")
     assert "| alpha | a=1 |" in text and "baseline" in next(r for r in rows if r.startswith("| alpha | a=1 "))
     assert "**beta**: 2024-01-02 .. " in text and "(300 days), N = 2 for the DSR, PBO " in text
