@@ -233,7 +233,7 @@ def build_report(
     TrackingError : the study has no finished run.
     ConfigError : ``primary`` is not a comparison statistic.
     """
-    from backtest.reports.study import TRIAL_RUN_METRICS, build_study_report
+    from backtest.comparison import TRIAL_RUN_METRICS, build_study_report
 
     primary = check_primary(primary)
     runs, n_configs = study_trials(tracker, study)

@@ -119,6 +119,7 @@ LOWER = (
     "backtest.portfolio",
     "backtest.metrics",
     "backtest.statistics",
+    "backtest.comparison",
     "models",
 )
 HIGHER = (

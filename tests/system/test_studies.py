@@ -19,7 +19,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from backtest.cli.compose import CONF_DIR, build
-from backtest.reports.study import STUDY_REPORT_FILES, build_study_report, write_study_report
+from backtest.comparison import build_study_report
+from backtest.reports.study import STUDY_REPORT_FILES, write_study_report
 from backtest.study import digest
 from tests.system.tiny_market import TINY_MARKET
 
