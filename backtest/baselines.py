@@ -360,7 +360,7 @@ def run_baselines(
     """Score, simulate and measure every baseline; compare the model with the best factor."""
     t0 = time.perf_counter()
     scores, choices = baseline_scores(matrix, labels, folds)
-    lags = labels.horizon_days - 1
+    lags = labels.ic_lags
     runs: dict[str, BaselineRun] = {}
     metrics: dict[str, float] = {}
     for name, s in scores.items():

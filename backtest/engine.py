@@ -395,7 +395,7 @@ def run_backtest(
 
     fwd = labels.fwd_return.reindex(scores.index)
     rel = labels.target.reindex(scores.index)
-    ic_lags = labels.horizon_days - 1  # consecutive days' labels overlap by this many days
+    ic_lags = labels.ic_lags
     metrics = headline_metrics(
         result.returns,
         result.benchmark_returns,

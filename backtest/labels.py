@@ -200,6 +200,12 @@ class Labels:
         return self.spec.holding_days
 
     @property
+    def ic_lags(self) -> int:
+        """Newey-West lags of a daily IC series: consecutive days' labels overlap for ``horizon_days - 1``
+        days, so their ICs are correlated that far (the rank IC's s.e. and the study's paired differences)."""
+        return self.spec.horizon_days - 1
+
+    @property
     def index(self) -> pd.MultiIndex:
         """The (date, code) index of the labelled samples."""
         return self.fwd_return.index

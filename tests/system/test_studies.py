@@ -22,7 +22,7 @@ from backtest.cli.compose import CONF_DIR, build
 from backtest.comparison import build_study_report
 from backtest.reports.study import STUDY_REPORT_FILES, write_study_report
 from backtest.study import digest
-from tests.system.tiny_market import TINY_MARKET
+from tests.system.tiny_market import TINY_MARKET, main_job
 
 STUDIES = sorted(p.stem for p in (Path(CONF_DIR) / "study").glob("*.yaml"))
 # a study whose trials need more history than the tiny market's 547 labelled days before its test
@@ -92,23 +92,15 @@ def test_study_runs_end_to_end_and_reports(study: str, tmp_path: Path) -> None:
 
 def test_a_bad_primary_statistic_is_refused_before_any_run(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    proc = subprocess.run(
+    proc = main_job(
         [
-            sys.executable,
-            "-m",
-            "backtest",
             "-m",
             "+study=moneyflow",
             "study.primary=sharp",
             *TINY_MARKET,
             f"tracking.uri=sqlite:///{store / 'mlruns.db'}",
-            f"hydra.sweep.dir={tmp_path / 'sweep'}",
         ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
-        timeout=300,
-        cwd=tmp_path,
+        tmp_path,
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "study.primary: expected one of rank_ic, ndcg, sharpe; received 'sharp'" in proc.stderr
@@ -118,23 +110,15 @@ def test_a_bad_primary_statistic_is_refused_before_any_run(tmp_path: Path) -> No
 
 def test_a_seed_sweep_that_would_change_the_market_is_refused_before_any_run(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    proc = subprocess.run(
+    proc = main_job(
         [
-            sys.executable,
-            "-m",
-            "backtest",
             "-m",
             "+study=moneyflow",
             "seed=1,2",  # data.seed follows seed unless pinned
             *TINY_MARKET,
             f"tracking.uri=sqlite:///{store / 'mlruns.db'}",
-            f"hydra.sweep.dir={tmp_path / 'sweep'}",
         ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
-        timeout=300,
-        cwd=tmp_path,
+        tmp_path,
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert (
