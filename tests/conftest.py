@@ -16,6 +16,8 @@ from backtest.cli.compose import CONF_DIR
 from backtest.data.synthetic import SyntheticMarket, simulate_market
 from tests.small_backtest import MARKET
 
+pytest_plugins = ["tests.sweep_trials"]  # the study report's sweeps, as fixtures
+
 
 @pytest.fixture(scope="session")
 def tiny_market() -> SyntheticMarket:

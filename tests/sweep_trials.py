@@ -1,20 +1,22 @@
 """The sweeps the study report's tests compare: a learning-rate sweep with misaligned dates, and trials
 with daily rank IC and NDCG series (one recorded before those were stored).
 
-Shared by the tests of the numbers (``tests/test_comparison.py``) and of the pages
-(``tests/reports/test_study_report.py``), which wrap each function in a module-scoped fixture.
+Module-scoped fixtures shared by the tests of the numbers (``tests/test_comparison.py``) and of the pages
+(``tests/reports/test_study_report.py``); ``tests/conftest.py`` loads them as a plugin.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from backtest.comparison import StudyReport, build_study_report
 
 DAYS = pd.bdate_range("2023-10-02", periods=300)  # 2023-10-02 .. 2024-11-22
 
 
+@pytest.fixture(scope="module")
 def study_inputs() -> tuple[pd.DataFrame, pd.Series, pd.DataFrame]:
     rng = np.random.default_rng(11)
     base = pd.Series(rng.normal(0.0004, 0.01, len(DAYS)), index=DAYS)
@@ -44,6 +46,7 @@ def study_inputs() -> tuple[pd.DataFrame, pd.Series, pd.DataFrame]:
     return returns, benchmark, trial_metrics
 
 
+@pytest.fixture(scope="module")
 def study(study_inputs) -> StudyReport:
     returns, benchmark, trial_metrics = study_inputs
     return build_study_report(
@@ -51,6 +54,7 @@ def study(study_inputs) -> StudyReport:
     )
 
 
+@pytest.fixture(scope="module")
 def ranking_inputs():
     """Three trials with the baseline's daily returns (so no Sharpe difference) and different daily rank ICs,
     and one run recorded before the daily series were stored."""
@@ -75,6 +79,7 @@ def ranking_inputs():
     return returns, benchmark, daily, lags, folds
 
 
+@pytest.fixture(scope="module")
 def ranked(ranking_inputs) -> StudyReport:
     returns, benchmark, daily, lags, folds = ranking_inputs
     return build_study_report(

@@ -12,21 +12,10 @@ from backtest import metrics as m
 from backtest.comparison import BENCHMARK_COLUMN, build_study_report
 from backtest.errors import DataContractError
 from backtest.statistics import dsr, expected_max_sharpe, hac_standard_error, holm_adjust, pbo_cscv, psr
-from tests import sweep_trials as sweeps
 from tests.sweep_trials import DAYS
 
 # --------------------------------------------------------------------------------------------------
 # The study report
-
-
-@pytest.fixture(scope="module")
-def study_inputs() -> tuple[pd.DataFrame, pd.Series, pd.DataFrame]:
-    return sweeps.study_inputs()
-
-
-@pytest.fixture(scope="module")
-def study(study_inputs):
-    return sweeps.study(study_inputs)
 
 
 def test_report_aligns_on_common_dates_and_notes_it(study, study_inputs) -> None:
@@ -155,16 +144,6 @@ def test_report_input_errors(study_inputs) -> None:
 
 # --------------------------------------------------------------------------------------------------
 # Comparisons on the daily rank IC and NDCG
-
-
-@pytest.fixture(scope="module")
-def ranking_inputs():
-    return sweeps.ranking_inputs()
-
-
-@pytest.fixture(scope="module")
-def ranked(ranking_inputs):
-    return sweeps.ranked(ranking_inputs)
 
 
 def test_report_compares_the_daily_rank_ic_on_the_common_days(ranked, ranking_inputs) -> None:

@@ -13,29 +13,8 @@ import pytest
 
 from backtest.comparison import BENCHMARK_COLUMN, build_study_report
 from backtest.reports.study import STUDY_REPORT_FILES, trial_colors, write_study_report
-from tests import sweep_trials as sweeps
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(scope="module")
-def study_inputs() -> tuple[pd.DataFrame, pd.Series, pd.DataFrame]:
-    return sweeps.study_inputs()
-
-
-@pytest.fixture(scope="module")
-def study(study_inputs):
-    return sweeps.study(study_inputs)
-
-
-@pytest.fixture(scope="module")
-def ranking_inputs():
-    return sweeps.ranking_inputs()
-
-
-@pytest.fixture(scope="module")
-def ranked(ranking_inputs):
-    return sweeps.ranked(ranking_inputs)
 
 
 # --------------------------------------------------------------------------------------------------
