@@ -1,101 +1,61 @@
-"""An exchange-like trading calendar (Shanghai / Shenzhen style) for the synthetic market.
+"""The Shanghai Stock Exchange's trading calendar, for the synthetic market and for data without one.
 
-Weekdays minus the mainland exchange holiday closures of 2018-2025 (New Year, Spring Festival, Qingming,
-Labour Day, Dragon Boat, Mid-Autumn, National Day). Years outside that table close on weekends, New Year,
-a week from 1 February and 1-7 October; close enough for simulation, not for trading real data: real
-panels bring their own calendar (the dates they contain, or the exchange's ``trade_cal``).
+Trading days come from ``exchange-calendars`` (calendar ``XSHG``: weekdays minus the mainland exchange
+holidays, recorded from 1990-12 through the end of the year its release covers). Days outside what it
+records fall back to weekdays minus New Year, a week from 1 February and 1-7 October: close enough for
+a simulation, not for trading. Real panels keep their own calendar (the dates they hold, a
+``calendar_path`` file, Tushare's ``trade_cal``, Qlib's ``calendars/day.txt``).
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
-# (first closed day, last closed day), inclusive.
-_CLOSURES: dict[int, list[tuple[str, str]]] = {
-    2018: [
-        ("01-01", "01-01"),
-        ("02-15", "02-21"),
-        ("04-05", "04-06"),
-        ("04-30", "05-01"),
-        ("06-18", "06-18"),
-        ("09-24", "09-24"),
-        ("10-01", "10-05"),
-    ],
-    2019: [
-        ("01-01", "01-01"),
-        ("02-04", "02-08"),
-        ("04-05", "04-05"),
-        ("05-01", "05-03"),
-        ("06-07", "06-07"),
-        ("09-13", "09-13"),
-        ("10-01", "10-07"),
-    ],
-    2020: [
-        ("01-01", "01-01"),
-        ("01-24", "01-31"),
-        ("04-06", "04-06"),
-        ("05-01", "05-05"),
-        ("06-25", "06-26"),
-        ("10-01", "10-08"),
-    ],
-    2021: [
-        ("01-01", "01-01"),
-        ("02-11", "02-17"),
-        ("04-05", "04-05"),
-        ("05-03", "05-05"),
-        ("06-14", "06-14"),
-        ("09-20", "09-21"),
-        ("10-01", "10-07"),
-    ],
-    2022: [
-        ("01-03", "01-03"),
-        ("01-31", "02-04"),
-        ("04-04", "04-05"),
-        ("05-02", "05-04"),
-        ("06-03", "06-03"),
-        ("09-12", "09-12"),
-        ("10-03", "10-07"),
-    ],
-    2023: [
-        ("01-02", "01-02"),
-        ("01-23", "01-27"),
-        ("04-05", "04-05"),
-        ("05-01", "05-03"),
-        ("06-22", "06-23"),
-        ("09-29", "09-29"),
-        ("10-02", "10-06"),
-    ],
-    2024: [
-        ("01-01", "01-01"),
-        ("02-09", "02-16"),
-        ("04-04", "04-05"),
-        ("05-01", "05-03"),
-        ("06-10", "06-10"),
-        ("09-16", "09-17"),
-        ("10-01", "10-07"),
-    ],
-    2025: [
-        ("01-01", "01-01"),
-        ("01-28", "02-04"),
-        ("04-04", "04-04"),
-        ("05-01", "05-05"),
-        ("06-02", "06-02"),
-        ("10-01", "10-08"),
-    ],
-}
-_DEFAULT_CLOSURES = [("01-01", "01-01"), ("02-01", "02-07"), ("10-01", "10-07")]
+EXCHANGE = "XSHG"
+# Outside the recorded years: (first closed day, last closed day) of each year, inclusive.
+_FALLBACK_CLOSURES = [("01-01", "01-01"), ("02-01", "02-07"), ("10-01", "10-07")]
+
+
+@functools.cache
+def _recorded() -> tuple[pd.DatetimeIndex, pd.Timestamp, pd.Timestamp]:
+    """Every recorded XSHG session, and the first and last day the record covers."""
+    from exchange_calendars.exchange_calendar_xshg import XSHGExchangeCalendar
+
+    first, last = XSHGExchangeCalendar.bound_min(), XSHGExchangeCalendar.bound_max()
+    sessions = XSHGExchangeCalendar(start=first, end=last).sessions
+    days = pd.DatetimeIndex(sessions.tz_localize(None) if sessions.tz is not None else sessions)
+    return days.astype("datetime64[ns]"), pd.Timestamp(first), pd.Timestamp(last)
+
+
+def _fallback(days: pd.DatetimeIndex) -> pd.DatetimeIndex:
+    closed = np.zeros(len(days), dtype=bool)
+    for year in sorted(set(days.year)):
+        for first, last in _FALLBACK_CLOSURES:
+            closed |= (days >= pd.Timestamp(f"{year}-{first}")) & (days <= pd.Timestamp(f"{year}-{last}"))
+    return days[~closed]
 
 
 def exchange_calendar(start: str | pd.Timestamp, end: str | pd.Timestamp) -> pd.DatetimeIndex:
-    """Trading days from ``start`` to ``end`` inclusive.
+    """Trading days from ``start`` to ``end`` inclusive (see the module docstring for the source).
 
     >>> exchange_calendar("2024-09-27", "2024-10-09").strftime("%m-%d").tolist()
     ['09-27', '09-30', '10-08', '10-09']
+    >>> exchange_calendar("2018-12-28", "2019-01-03").strftime("%m-%d").tolist()
+    ['12-28', '01-02', '01-03']
     """
-    days = pd.bdate_range(pd.Timestamp(start), pd.Timestamp(end))
-    closed = np.zeros(len(days), dtype=bool)
-    for year in range(days.year.min() if len(days) else 0, (days.year.max() + 1) if len(days) else 0):
-        for first, last in _CLOSURES.get(year, _DEFAULT_CLOSURES):
-            closed |= (days >= pd.Timestamp(f"{year}-{first}")) & (days <= pd.Timestamp(f"{year}-{last}"))
-    return pd.DatetimeIndex(days[~closed], name="date")
+    start, end = pd.Timestamp(start), pd.Timestamp(end)
+    recorded, first, last = _recorded()
+    weekdays = pd.bdate_range(start, end).astype("datetime64[ns]")
+    inside = (weekdays >= first) & (weekdays <= last)
+    days = recorded[(recorded >= max(start, first)) & (recorded <= min(end, last))]
+    out = days.union(_fallback(weekdays[~inside])) if (~inside).any() else days
+    return pd.DatetimeIndex(out, name="date")
+
+
+def recorded_span() -> tuple[pd.Timestamp, pd.Timestamp]:
+    """The first and last day for which :func:`exchange_calendar` follows the exchange's record."""
+    _, first, last = _recorded()
+    return first, last

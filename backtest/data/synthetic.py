@@ -44,7 +44,7 @@ import pandas as pd
 from scipy.signal import lfilter
 
 from backtest.data import tradability
-from backtest.data.calendar import exchange_calendar
+from backtest.data.calendar import exchange_calendar, recorded_span
 from backtest.data.panel import WideGrid
 from backtest.data.schema import MONEYFLOW_COLUMNS
 from backtest.errors import ConfigError
@@ -182,6 +182,16 @@ def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
     cfg = config
     rng = np.random.default_rng(np.random.PCG64(cfg.seed))
     dates = exchange_calendar(cfg.start, cfg.end)
+    first, last = recorded_span()
+    if pd.Timestamp(cfg.start) < first or pd.Timestamp(cfg.end) > last:
+        log.warning(
+            "synthetic market: %s .. %s passes the exchange calendar's record (%s .. %s); days outside it "
+            "are weekdays minus approximate holidays",
+            cfg.start,
+            cfg.end,
+            first.date(),
+            last.date(),
+        )
     T, N = len(dates), cfg.n_stocks
 
     codes = _draw_codes(rng, N)

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from backtest.data import tradability
+from backtest.data.calendar import exchange_calendar, recorded_span
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.data.panel import WideGrid
 from backtest.data.synthetic import (
@@ -61,6 +62,27 @@ def test_trading_calendar_skips_weekends_and_holidays(default_market) -> None:
     assert (days.dayofweek < 5).all()
     for holiday in ["2019-10-01", "2021-02-12", "2024-02-14", "2025-05-05"]:
         assert pd.Timestamp(holiday) not in days
+    assert len(days) == 1942  # XSHG's record for 2018-2025 (2018-12-31 was a holiday)
+    assert pd.Timestamp("2018-12-31") not in days and pd.Timestamp("2018-12-28") in days
+
+
+def test_calendar_falls_back_past_the_exchange_record(caplog) -> None:
+    first, last = recorded_span()
+    assert first == pd.Timestamp("1990-12-03") and last >= pd.Timestamp("2026-12-31")
+    year = last.year + 1
+    days = exchange_calendar(f"{year}-09-28", f"{year}-10-10")
+    assert days.min() >= pd.Timestamp(f"{year}-09-28") and (days.dayofweek < 5).all()
+    assert not ((days >= pd.Timestamp(f"{year}-10-01")) & (days <= pd.Timestamp(f"{year}-10-07"))).any()
+    # a period straddling the end of the record: the recorded days, then the fallback, in order
+    both = exchange_calendar(last - pd.Timedelta(days=10), f"{year}-01-10")
+    assert both.is_monotonic_increasing and both.is_unique
+    assert both.max() <= pd.Timestamp(f"{year}-01-10") and pd.Timestamp(f"{year}-01-01") not in both
+    assert len(both[both > last]) == len(pd.bdate_range(f"{year}-01-02", f"{year}-01-10"))
+    with caplog.at_level("WARNING", logger="backtest.data.synthetic"):
+        simulate_market(
+            SyntheticMarketConfig(n_stocks=40, n_members=20, start=f"{year}-01-01", end=f"{year + 2}-12-31")
+        )
+    assert "passes the exchange calendar's record" in caplog.text
 
 
 def test_bars_are_intraday_consistent(default_market) -> None:
