@@ -6,8 +6,9 @@ industry bet that worked in one regime fails in the next. Same seed, same bytes.
 
 Return process (daily log return of stock i on day t, before price limits)::
 
-    r[t, i] = beta[i] * market[t]                      market factor: GARCH(1,1) volatility, bull/bear
-            + industry[t, g(i)]                        regimes with opposite drifts
+    r[t, i] = beta[i] * market[t]                      market factor: two-speed stochastic volatility,
+            + industry[t, g(i)]                        rare jumps, bull/bear regimes (deeper, more
+                                                       volatile bears)
             + size_loading[i] * size[t]                small-minus-big factor
             + mf_strength * sigma[i] * flow[t-1, i]    planted: informed flow, seen in money-flow data
             + drift[t, i]                              planted: slow, unobservable, persists for weeks
@@ -21,8 +22,14 @@ Closes are clipped to the daily price limit (the board rule of ``backtest.data.t
 +-20% on ChiNext from 2020-08-24 and on STAR); the clipped part carries over to the next day, and a day
 that would close far beyond the limit opens and stays at it. Suspended stocks keep their last close
 and accumulate the return they miss (their volume is 0 and ``is_suspended`` is True). Stocks list and
-delist during the period (delisting stocks decline beforehand), and index membership is rebalanced
-semiannually from trailing market cap with a buffer, so it is point in time.
+delist during the period (delisting stocks decline beforehand), and index membership is reviewed each
+June and December as the CSI 300's is (a liquidity screen, trailing market cap, at most 10% replaced), so
+it is point in time and turns over about as often.
+
+The index of the members, cap-weighted, is calibrated to the real CSI 300's stylized facts of 2018-2025
+(volatility, fat tails, volatility memory, drawdown, large days, review turnover):
+:func:`backtest.benchmark.stylized_facts` measures them, and ``tests/data/test_synthetic.py`` holds the
+real values with their source and the bands the default market must fall in.
 
 Observable money flow: the main-force (large + extra-large order) net inflow rate is
 ``flow_loading * flow + noise + a little same-day return``; smoothing it over a week recovers the flow.
@@ -207,7 +214,7 @@ def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
     growth = tradability.board_of(codes) != "main"
     sigma = np.exp(rng.normal(np.log(0.017), 0.3, N)) * np.where(growth, 1.25, 1.0)
     beta = rng.normal(1.0, 0.1, N).clip(0.6, 1.4)
-    total_shares = np.exp(rng.normal(np.log(2.5e9), 1.0, N)).round(-4)
+    total_shares = np.exp(rng.normal(np.log(2.5e9), 0.8, N)).round(-4)
     float_frac = rng.uniform(0.3, 1.0, N)
     price0 = np.exp(rng.normal(np.log(14.0), 0.7, N)).clip(2.5, 400)
     log_mv0 = np.log(total_shares * price0)
@@ -218,7 +225,7 @@ def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
 
     # --- factors ------------------------------------------------------------------------------------
     regime = _draw_regimes(rng, T, cfg.regime_mean_days)
-    market = _draw_market(rng, regime)
+    market, market_vol = _draw_market(rng, regime)
     ind_noise = 0.007 * rng.standard_t(5, (T, cfg.n_industries)) / np.sqrt(5 / 3)
     industry = cfg.industry_regime_strength * tilt[None, :] * regime[:, None] + ind_noise
     size = rng.normal(0.0, 0.003, T)
@@ -234,8 +241,7 @@ def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
     transient = cfg.reversal_strength * sigma[None, :] * _ar1(rng.standard_normal((T, N)), cfg.reversal_persistence)
 
     vol_state = np.exp(_ar1(rng.standard_normal((T, N)), 0.98) * 0.25)  # slow per-stock vol regimes
-    mkt_vol = np.sqrt(_garch_variance(market))
-    vol_mult = np.sqrt(mkt_vol / mkt_vol.mean())[:, None] * vol_state
+    vol_mult = np.sqrt(market_vol / market_vol.mean())[:, None] * vol_state
     eps = rng.standard_t(4, (T, N)) / np.sqrt(2.0)
     noise = sigma[None, :] * vol_mult * eps
 
@@ -258,8 +264,8 @@ def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
     close, ref, limit_hit_far = _price_path(r, price0, limit_pct, suspended)
     alive, delist_idx = _delist_penny_stocks(close, alive, delist_idx)
     suspended &= alive
-    up_limit = _limit_price(ref, limit_pct, +1)
-    down_limit = _limit_price(ref, limit_pct, -1)
+    up_limit = tradability.board_limit_price(ref, limit_pct, +1)
+    down_limit = tradability.board_limit_price(ref, limit_pct, -1)
 
     gap = 0.3 * np.log(close / ref) + rng.normal(0.0, 0.3, (T, N)) * sigma[None, :]
     open_ = np.clip(_round2(ref * np.exp(gap)), down_limit, up_limit)
@@ -288,7 +294,7 @@ def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
 
     total_mv = close * total_shares[None, :]
     float_mv = total_mv * float_frac[None, :]
-    in_universe = _index_membership(dates, total_mv, alive, suspended, list_idx, cfg.n_members)
+    in_universe = _index_membership(dates, total_mv, amount, alive, suspended, list_idx, cfg.n_members)
 
     columns: dict[str, np.ndarray] = {
         "open": open_,
@@ -334,19 +340,6 @@ def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
 
 def _round2(x: np.ndarray) -> np.ndarray:
     return np.round(x, 2)
-
-
-def _limit_price(ref: np.ndarray, fraction: np.ndarray, side: int) -> np.ndarray:
-    """The board's limit price ``ref * (1 + side * fraction)`` to the fen, as this market rounds it.
-
-    The rule and its ``fraction`` are :mod:`backtest.data.tradability`'s; the rounding is not quite:
-    :func:`~backtest.data.tradability.board_limit_price` (the exchanges' rule) rounds an exact half fen
-    up, ``np.round`` here rounds the binary float of the product, so a half fen can go down. Switching
-    to the owner would change those limit prices, the closes clipped at them and what follows, i.e. the
-    default market's bytes and every result on it; until that is decided the market keeps its rounding
-    (``tests/data/test_synthetic.py`` pins that the two differ on half-fen ties only).
-    """
-    return _round2(ref * (1 + side * fraction))
 
 
 def _ar1(innovations: np.ndarray, phi: float) -> np.ndarray:
@@ -419,24 +412,35 @@ def _draw_regimes(rng: np.random.Generator, T: int, mean_days: int) -> np.ndarra
     return regime
 
 
-def _draw_market(rng: np.random.Generator, regime: np.ndarray) -> np.ndarray:
-    """Market log returns: GARCH(1,1) volatility, higher in bear regimes; regime-dependent drift."""
+#: market volatility: a slow and a fast log-volatility component (stationary s.d., AR(1) coefficient)
+_VOL_SLOW = (0.38, 0.995)
+_VOL_FAST = (0.30, 0.85)
+_VOL_BASE = 0.0100  # daily volatility with both components at zero, bull regime
+_VOL_BEAR = 1.35  # volatility multiple in a bear regime (phased in over a few weeks)
+_SHOCK_DOF = 8
+_JUMPS = (1 / 250, 0.03, 0.02)  # market jumps: daily probability, least size, mean excess size
+_DRIFT = (0.0005, -0.0012)  # daily market drift in bull and bear regimes
+
+
+def _draw_market(rng: np.random.Generator, regime: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Market log returns and their daily volatility.
+
+    Log-volatility is the sum of two AR(1) components, one with a half-life of about half a year and
+    one of a week, so that volatility clusters over both horizons (the long memory of real index
+    volatility); the offset keeps the mean variance at ``_VOL_BASE ** 2`` outside bear regimes, where it
+    rises. Shocks are Student t, plus rare jumps of 3% and more (the index's crash and rally days). The
+    drift follows the regime.
+    """
     T = len(regime)
-    omega, alpha, beta = 2e-6, 0.08, 0.90
-    z = rng.standard_t(5, T) / np.sqrt(5 / 3)
-    out = np.empty(T)
-    var = omega / (1 - alpha - beta)
-    for t in range(T):
-        level = 1.0 if regime[t] > 0 else 1.6
-        out[t] = np.sqrt(var * level) * z[t]
-        var = omega + alpha * out[t] ** 2 / level + beta * var
-    drift = np.where(regime > 0, 0.0008, -0.0007)
-    return drift + out
-
-
-def _garch_variance(market: np.ndarray) -> np.ndarray:
-    """A smoothed squared-return proxy of the market's conditional variance (for idiosyncratic vol)."""
-    return lfilter([0.06], [1.0, -0.94], market**2 - market.mean() ** 2) + market.var()
+    (sd_slow, phi_slow), (sd_fast, phi_fast) = _VOL_SLOW, _VOL_FAST
+    log_vol = sd_slow * _ar1(rng.standard_normal(T), phi_slow) + sd_fast * _ar1(rng.standard_normal(T), phi_fast)
+    bear = lfilter([0.05], [1.0, -0.95], (regime < 0).astype(float))
+    vol = _VOL_BASE * np.exp(log_vol + np.log(_VOL_BEAR) * bear - (sd_slow**2 + sd_fast**2))
+    z = rng.standard_t(_SHOCK_DOF, T) / np.sqrt(_SHOCK_DOF / (_SHOCK_DOF - 2))
+    rate, size, scale = _JUMPS
+    jumps = (rng.random(T) < rate) * rng.choice([-1.0, 1.0], T) * (size + rng.exponential(scale, T))
+    drift = np.where(regime > 0, _DRIFT[0], _DRIFT[1])
+    return drift + vol * z + jumps, vol
 
 
 def _price_path(
@@ -458,8 +462,8 @@ def _price_path(
         ref[t] = prev
         want = r[t] + carry
         target = prev * np.exp(want)
-        up = _limit_price(prev, limit_pct[t], +1)
-        dn = _limit_price(prev, limit_pct[t], -1)
+        up = tradability.board_limit_price(prev, limit_pct[t], +1)
+        dn = tradability.board_limit_price(prev, limit_pct[t], -1)
         c = np.clip(_round2(target), dn, up)
         hit = (c >= up) | (c <= dn)
         c = np.where(suspended[t], prev, c)
@@ -516,26 +520,35 @@ def _split_money_flow(
     return {name: out[name] for name in MONEYFLOW_COLUMNS}
 
 
+#: the review's buffer, as a fraction of the index size: non-members ranked within (1 - b) * n enter,
+#: members ranked within (1 + b) * n stay; and the most names one review may replace, as a fraction
+_REVIEW_BUFFER = 0.0
+_LIQUIDITY_SCREEN = 0.2
+_REVIEW_MAX_CHANGE = 0.10
+
+
 def _index_membership(
     dates: pd.DatetimeIndex,
     total_mv: np.ndarray,
+    amount: np.ndarray,
     alive: np.ndarray,
     suspended: np.ndarray,
     list_idx: np.ndarray,
     n_members: int,
 ) -> np.ndarray:
-    """Point-in-time membership, reviewed semiannually (first trading day after the second Friday of
-    June and December) on the trailing 120-day average market cap, with a buffer: members ranked within
-    the top 120% stay. A member that delists is replaced the next day by the best-ranked non-member.
+    """Point-in-time membership, reviewed semiannually (effective the first trading day after the
+    second Friday of June and December) as the CSI 300's rule reviews it: stocks listed for 60 trading
+    days and trading that day form the sample; the least traded ``_LIQUIDITY_SCREEN`` of it (trailing
+    120-day average amount) is set aside; the rest rank by trailing 120-day average market cap.
+    Non-members ranked within ``(1 - b) * n`` enter, members ranked within ``(1 + b) * n`` stay, the
+    best-ranked of the rest fill the index, and one review replaces at most ``_REVIEW_MAX_CHANGE`` of it.
+    The CSI screen drops half of a sample of thousands and buffers 20% of the index; this pool is 1.5
+    times the index, so both are narrower here (``_LIQUIDITY_SCREEN``, ``_REVIEW_BUFFER``). A member
+    that delists is replaced the next day from the reserve list: the last review's ranking, then
+    today's trailing market cap.
     """
     T, N = total_mv.shape
-    mv = np.where(alive, total_mv, np.nan)
-    csum = np.nancumsum(np.nan_to_num(mv), axis=0)
-    count = np.cumsum(alive, axis=0)
-    window = 120
-    lag_sum = np.vstack([np.zeros((window, N)), csum[:-window]])
-    lag_cnt = np.vstack([np.zeros((window, N), dtype=int), count[:-window]])
-    avg_mv = (csum - lag_sum) / np.maximum(count - lag_cnt, 1)
+    avg_mv, avg_amount = _trailing_mean(total_mv, alive, 120), _trailing_mean(amount, alive, 120)
     seasoned = (np.arange(T)[:, None] - list_idx[None, :]) >= 60
 
     review_days = _review_days(dates)
@@ -545,24 +558,53 @@ def _index_membership(
     for t in range(T):
         candidates = alive[t] & (seasoned[t] | (t == 0)) & ~suspended[t]
         if t == 0 or t in review_days:
-            score = np.where(candidates, avg_mv[t], -np.inf)
+            screen = np.quantile(avg_amount[t][candidates], _LIQUIDITY_SCREEN) if t and candidates.any() else 0
+            score = np.where(candidates & (avg_amount[t] >= screen), avg_mv[t], -np.inf)
             order = np.argsort(-score, kind="stable")
-            rank = np.empty(N, dtype=int)
-            rank[order] = np.arange(N)
-            keep = member & (rank < int(1.2 * n_members)) & alive[t]
-            new = keep.copy()
-            for j in order:
-                if new.sum() >= n_members or not np.isfinite(score[j]):
-                    break
-                new[j] = True
-            member = new
+            order = order[np.isfinite(score[order])]
+            rank = np.full(N, N)
+            rank[order] = np.arange(len(order))
+            member = rank < n_members if t == 0 else _review(member & alive[t], rank, order, n_members)
         gone = member & ~alive[t]
         if gone.any():
             member &= alive[t]
-            for j in np.argsort(-np.where(candidates & ~member, score, -np.inf), kind="stable")[: gone.sum()]:
-                member[j] = True
+            # The reserve list: the last review's ranking, then today's trailing market cap.
+            eligible = candidates & ~member
+            by_rank = np.lexsort((-np.where(eligible, avg_mv[t], -np.inf), -np.where(eligible, score, -np.inf)))
+            member[by_rank[eligible[by_rank]][: gone.sum()]] = True
         out[t] = member
     return out
+
+
+def _trailing_mean(x: np.ndarray, alive: np.ndarray, window: int) -> np.ndarray:
+    """Mean over each stock's last ``window`` trading days alive (up to and including the day)."""
+    T, N = x.shape
+    csum = np.cumsum(np.where(alive, x, 0.0), axis=0)
+    count = np.cumsum(alive, axis=0)
+    lag_sum = np.vstack([np.zeros((window, N)), csum[:-window]])
+    lag_cnt = np.vstack([np.zeros((window, N), dtype=int), count[:-window]])
+    return (csum - lag_sum) / np.maximum(count - lag_cnt, 1)
+
+
+def _review(member: np.ndarray, rank: np.ndarray, order: np.ndarray, n: int) -> np.ndarray:
+    """One review of the index (see :func:`_index_membership`): ``member`` holds the members still
+    listed, ``order`` the ranked sample, best first, ``rank`` each stock's place in it (unranked: N)."""
+    enter_rank, stay_rank = int((1 - _REVIEW_BUFFER) * n), int((1 + _REVIEW_BUFFER) * n)
+    top = order[rank[order] < enter_rank]  # the top names belong to the index
+    staying = order[member[order] & (rank[order] >= enter_rank) & (rank[order] < stay_rank)]
+    rest = order[rank[order] >= enter_rank]
+    rest = rest[~np.isin(rest, staying)]
+    unranked = np.flatnonzero(member & (rank == len(member)))  # e.g. suspended on the review day
+    priority = np.concatenate([top, staying, rest, unranked]).astype(int)
+    new = np.zeros_like(member)
+    new[priority[:n]] = True
+    added = np.flatnonzero(new & ~member)
+    cap = int(_REVIEW_MAX_CHANGE * n)
+    if len(added) > cap:  # the best-ranked replacements first; the others wait for the next review
+        new[added[np.argsort(rank[added], kind="stable")][cap:]] = False
+        dropped = np.flatnonzero(member & ~new)
+        new[dropped[np.argsort(rank[dropped], kind="stable")][: n - new.sum()]] = True
+    return new
 
 
 def _review_days(dates: pd.DatetimeIndex) -> set[int]:
