@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 export MLFLOW_DISABLE_TELEMETRY ?= true
 
-.PHONY: run lint test test-slow test-gpu bench venv clean-cache study studies
+.PHONY: run lint test test-slow test-gpu test-qlib bench venv clean-cache study studies
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,20 @@ test-slow: $(STAMP)
 ## GPU tests (skip cleanly without CUDA).
 test-gpu: $(STAMP)
 	$(PY) -m pytest -m "gpu" -q
+
+## The Qlib importer against pyqlib's own reader (tests/data/test_qlib.py::test_pyqlib_*), in an environment of
+## its own, $(QLIB_VENV): pyqlib and its dependencies (jupyter, cvxpy, gym, ...) stay out of $(VENV).
+QLIB_VENV ?= .venv-qlib
+QLIB_PY   := $(QLIB_VENV)/bin/python
+$(QLIB_VENV)/.installed: pyproject.toml
+	test -x $(QLIB_PY) || $(PYTHON) -m venv $(QLIB_VENV)
+	$(QLIB_PY) -m pip install --quiet --upgrade pip
+	$(QLIB_PY) -m pip install --quiet -e '.[dev,qlib]'
+	touch $@
+
+test-qlib: $(QLIB_VENV)/.installed
+	$(QLIB_PY) -c 'import qlib'  # here the round trip must run, never skip
+	$(QLIB_PY) -m pytest tests/data/test_qlib.py -k pyqlib -q
 
 ## Benchmarks (on demand; each prints ratios measured in one process). `make bench BENCH=features` runs one.
 BENCH ?= synthetic features labels_splits portfolio tushare tracking lambdarank baselines transformer backtest
