@@ -8,6 +8,7 @@
           --RollingSchedule.folds------> folds (purged from label_end, each checked by check_fold)
           --ranker.fit / predict-------> scores (date, code) on each fold's decision dates
           --simulate-------------------> daily strategy / equal-weight returns
+          --benchmark_index------------> the index's on the same days (planned first)
           --headline_metrics-----------> the contract metric keys
 
 Folds run in time order in this process when the ranker is stateful (warm start), otherwise through
@@ -40,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from backtest.baselines import Baselines, run_baselines
+from backtest.benchmark import IndexReturns, SuppliedIndex, benchmark_index
 from backtest.cache import cache_paths
 from backtest.checkpoints import Checkpoints, FoldOutcome, run_key
 from backtest.code_fingerprint import code_fingerprint
@@ -52,7 +54,7 @@ from backtest.features.sets import FeatureSetSpec, select_by_gain
 from backtest.labels import Labels, LabelSpec, make_labels
 from backtest.leakage import GuardStatus, LeakageRecord, fold_rows, leak_guard_status
 from backtest.metrics import daily_ic, daily_ranking_quality, headline_metrics, ndcg_at_k, rank_ic_mean
-from backtest.portfolio import PortfolioResult, PortfolioSpec, check_universe, simulate
+from backtest.portfolio import PortfolioResult, PortfolioSpec, check_universe, return_days, simulate
 from backtest.splits import Fold, RollingSchedule
 from models.base import LEVEL_PROCESSINGS, Ranker
 from models.data import RankingData
@@ -209,12 +211,16 @@ class BacktestResult:
     #: Newey-West lags of ``rank_ic_se`` and of a study's paired differences: the label horizon less one day
     #: (consecutive days' labels overlap by that many days); the run records it as the param ``ic_lags``
     ic_lags: int = 0
+    #: the index benchmark on the strategy's return days (:func:`backtest.benchmark.benchmark_index`), behind
+    #: the ``index_*`` metrics
+    index: IndexReturns | None = None
 
 
 @dataclass(frozen=True, eq=False)
 class BacktestPlan:
     """What :func:`run_backtest` runs: the panel, label, schedule and portfolio it was made from, and
-    their labels and purged folds, everything that can refuse a backtest cheaply (:func:`plan_backtest`)."""
+    their labels and purged folds, everything that can refuse a backtest cheaply (:func:`plan_backtest`);
+    ``index`` is the index benchmark on the return days the test period will have."""
 
     panel: pd.DataFrame
     label: LabelSpec
@@ -223,14 +229,22 @@ class BacktestPlan:
     labels: Labels
     folds: list[Fold]
     seconds: float = 0.0  # what making it took (the run's ``plan_s``)
+    index: IndexReturns | None = None
 
 
 def plan_backtest(
-    panel: pd.DataFrame, *, label: LabelSpec, schedule: RollingSchedule, portfolio: PortfolioSpec
+    panel: pd.DataFrame,
+    *,
+    label: LabelSpec,
+    schedule: RollingSchedule,
+    portfolio: PortfolioSpec,
+    benchmark: SuppliedIndex | None = None,
 ) -> BacktestPlan:
     """Make the labels and the folds before any expensive work (benchmarks/bench_labels_splits.py times it).
 
-    The test period's universe is checked first (:func:`backtest.portfolio.check_universe`). Every fold
+    The test period's universe is checked first (:func:`backtest.portfolio.check_universe`), then the index
+    benchmark is made on the days the returns will have (:func:`backtest.portfolio.return_days`): a supplied
+    series that does not cover them is refused here. Every fold
     is purged from ``label_end`` and checked by :func:`backtest.leakage.check_fold` inside
     :meth:`RollingSchedule.folds` (LeakageError on a breach). A caller plans before it opens a tracked
     run, so that a schedule the data cannot serve is refused before anything is written, then hands the
@@ -240,23 +254,28 @@ def plan_backtest(
     ----------
     panel : the validated canonical panel, indexed by (date, code).
     label, schedule, portfolio : the specs of each part (see their modules).
+    benchmark : the index series of ``data.benchmark_path`` (None: the float-cap-weighted index of the panel's
+        universe; :func:`backtest.benchmark.benchmark_index`).
 
     Raises
     ------
     ConfigError : the test period holds no trading day of the data; ``portfolio.top_k`` at least the
         eligible universe.
     DataContractError : fewer than 2 members on the median test day, or no member trades in the test
-        period.
+        period; the supplied index series has no level for a day the test period's returns need.
     InsufficientHistoryError : a fold cannot get its training window from the labelled history.
     """
     started = time.perf_counter()
     calendar = pd.DatetimeIndex(panel.index.get_level_values(0).unique())
-    check_universe(panel, portfolio, schedule.test_period(calendar))
+    test_period = schedule.test_period(calendar)
+    check_universe(panel, portfolio, test_period)
+    index = benchmark_index(panel, return_days(calendar, test_period, portfolio), benchmark)
     labels = make_labels(panel, label)
     folds = schedule.folds(calendar, labels.label_end)
     if not folds:
         raise InsufficientHistoryError("the schedule has no folds: the test period holds no trading day")
-    return BacktestPlan(panel, label, schedule, portfolio, labels, folds, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    return BacktestPlan(panel, label, schedule, portfolio, labels, folds, seconds, index)
 
 
 def _libc_malloc_trim() -> Callable[[int], int] | None:
@@ -391,6 +410,9 @@ def run_backtest(
 
     t0 = time.perf_counter()
     result = simulate(scores, panel, portfolio)
+    # the planned index on the days the strategy has returns (the planned days, or fewer if a day had no score)
+    planned = plan.index
+    index = planned.on(result.returns.index) if planned is not None else benchmark_index(panel, result.returns.index)
     timings["portfolio_s"] = time.perf_counter() - t0
 
     fwd = labels.fwd_return.reindex(scores.index)
@@ -410,6 +432,7 @@ def run_backtest(
         ndcg_depth=ndcg.depth,
         ndcg_gain=ndcg.gain,
         ic_lags=ic_lags,
+        index=index.returns,
     )
     daily_ranking = daily_ranking_quality(scores, fwd, rel, ndcg.depth, ndcg.gain)
     metrics["n_folds"] = float(len(folds))
@@ -452,6 +475,7 @@ def run_backtest(
         timings=timings,
         daily_ranking=daily_ranking,
         ic_lags=ic_lags,
+        index=index,
     )
 
 

@@ -11,6 +11,11 @@ Conventions (all functions)
   under water). These equal quantstats 0.0.86's ``sharpe``, ``sortino``, ``volatility``, ``comp``,
   ``cagr(returns, periods=252)`` (which counts periods, not calendar years) and ``max_drawdown`` on
   the same series (tested to 1e-9).
+- Against a benchmark on the same dates: ``excess_ann_return = ann_return(s) - ann_return(b)``;
+  ``beta = cov(s, b) / var(b)``; ``tracking_error = std(s - b, ddof=1) * sqrt(252)``;
+  ``information_ratio = mean(s - b) / std(s - b, ddof=1) * sqrt(252)`` (the Sharpe ratio of the active
+  returns). ``benchmark`` is the equal-weight book (the default comparison); the ``index_*`` keys are the
+  same against the index benchmark (:func:`index_metrics`, :mod:`backtest.benchmark`).
 - Cross-sectional metrics take ``scores`` and ``labels`` as Series indexed by (date, code); they are
   aligned on their common keys and rows with a NaN on either side are dropped.
 
@@ -71,7 +76,17 @@ HEADLINE_KEYS: tuple[str, ...] = (
     "dsr",
     "sharpe_ci_low",
     "sharpe_ci_high",
+    "index_ann_return",
+    "index_sharpe",
+    "index_excess_ann_return",
+    "index_beta",
+    "index_tracking_error",
+    "index_information_ratio",
+    "index_max_drawdown",
 )
+
+#: The keys of :func:`index_metrics`, against the index benchmark (:mod:`backtest.benchmark`).
+INDEX_KEYS: tuple[str, ...] = tuple(k for k in HEADLINE_KEYS if k.startswith("index_"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -167,6 +182,63 @@ def excess_ann_return(strategy: pd.Series, benchmark: pd.Series, periods_per_yea
     """``ann_return(strategy) - ann_return(benchmark)`` (difference of annualised returns)."""
     _paired(strategy, benchmark)
     return ann_return(strategy, periods_per_year) - ann_return(benchmark, periods_per_year)
+
+
+def beta(strategy: pd.Series, benchmark: pd.Series) -> float:
+    """``cov(s, b) / var(b)`` of the daily returns (both ddof=1); NaN with fewer than 2 days or a constant
+    benchmark.
+
+    >>> round(beta(pd.Series([0.02, -0.01, 0.03]), pd.Series([0.01, -0.01, 0.01])), 6)  # (7 / 30000) / (4 / 30000)
+    1.75
+    """
+    s, b = _paired(strategy, benchmark)
+    if len(s) < 2:
+        return float("nan")
+    var = b.var(ddof=1)
+    if not var > 0:
+        return float("nan")
+    return float(np.cov(s, b, ddof=1)[0, 1] / var)
+
+
+def tracking_error(strategy: pd.Series, benchmark: pd.Series, periods_per_year: int = PERIODS_PER_YEAR) -> float:
+    """Annualised tracking error ``std(s - b, ddof=1) * sqrt(periods_per_year)`` of the daily active returns
+    (the ``ann_vol`` of ``s - b``); NaN with fewer than 2 days."""
+    s, b = _paired(strategy, benchmark)
+    if len(s) < 2:
+        return float("nan")
+    return float((s - b).std(ddof=1) * np.sqrt(periods_per_year))
+
+
+def information_ratio(strategy: pd.Series, benchmark: pd.Series, periods_per_year: int = PERIODS_PER_YEAR) -> float:
+    """Annualised information ratio ``mean(s - b) / std(s - b, ddof=1) * sqrt(periods_per_year)``: the Sharpe
+    ratio of the daily active returns (so ``mean(s - b) * 252`` over :func:`tracking_error`); NaN with fewer
+    than 2 days or no tracking error."""
+    s, b = _paired(strategy, benchmark)
+    return annualised_sharpe(s - b, periods_per_year)
+
+
+def index_metrics(strategy: pd.Series, index: pd.Series | None) -> dict[str, float]:
+    """The ``index_*`` metrics (:data:`INDEX_KEYS`) of daily strategy returns against the index benchmark's
+    on the same dates (:func:`backtest.benchmark.benchmark_index`); NaN when ``index`` is None.
+
+    ``index_ann_return``, ``index_sharpe`` and ``index_max_drawdown`` are the index's own :func:`ann_return`,
+    :func:`sharpe` and :func:`max_drawdown`; ``index_excess_ann_return`` is ``ann_return(strategy) -
+    ann_return(index)`` as ``excess_ann_return`` is against equal weight; ``index_beta``
+    (:func:`beta`), ``index_tracking_error`` (:func:`tracking_error`) and ``index_information_ratio``
+    (:func:`information_ratio`) are of the daily returns.
+    """
+    if index is None:
+        return dict.fromkeys(INDEX_KEYS, float("nan"))
+    _paired(strategy, index)
+    return {
+        "index_ann_return": ann_return(index),
+        "index_sharpe": sharpe(index),
+        "index_excess_ann_return": excess_ann_return(strategy, index),
+        "index_beta": beta(strategy, index),
+        "index_tracking_error": tracking_error(strategy, index),
+        "index_information_ratio": information_ratio(strategy, index),
+        "index_max_drawdown": max_drawdown(index),
+    }
 
 
 def win_rate_vs_ew(period_returns: pd.DataFrame) -> float:
@@ -586,6 +658,7 @@ def headline_metrics(
     ndcg_depth: int = DEFAULT_TOP_K,
     ndcg_gain: str | Sequence[float] = "linear",
     ic_lags: int = 4,
+    index: pd.Series | None = None,
 ) -> dict[str, float]:
     """All headline metrics of one backtest, keyed as in docs/design.md (plus a few extras).
 
@@ -609,13 +682,16 @@ def headline_metrics(
         key does not depend on the depth.
     ic_lags : lags of ``rank_ic_se``, the Newey-West standard error of ``rank_ic_mean``
         (:func:`backtest.statistics.hac_standard_error`): the label horizon less one day (4 for the 5-day label).
+    index : Series of the index benchmark's daily returns on the strategy's dates, optional
+        (:func:`backtest.benchmark.benchmark_index`), for the ``index_*`` keys (:func:`index_metrics`).
 
     Returns
     -------
     dict[str, float] with every key of ``HEADLINE_KEYS`` (NaN where the inputs were not given or the value
     is undefined, e.g. IC and NDCG when no scored sample has a known label yet). Extras beyond docs/design.md:
     ``win_rate_vs_ew_daily``, ``benchmark_ann_return``, ``benchmark_sharpe``, ``sharpe_ci_low``,
-    ``sharpe_ci_high``, ``rank_ic_se``.
+    ``sharpe_ci_high``, ``rank_ic_se``. ``benchmark`` is the equal-weight book, the default comparison;
+    the ``index_*`` keys compare with the index instead.
     """
     _paired(strategy, benchmark)
     nan = float("nan")
@@ -657,5 +733,6 @@ def headline_metrics(
         out["sharpe_ci_low"], out["sharpe_ci_high"] = sharpe_ci(strategy, rng, n_boot, block_length)
     else:
         out.update(sharpe_ci_low=nan, sharpe_ci_high=nan)
+    out.update(index_metrics(strategy, index))
     assert set(out) == set(HEADLINE_KEYS), set(out) ^ set(HEADLINE_KEYS)
     return {key: out[key] for key in HEADLINE_KEYS}

@@ -75,7 +75,9 @@ pre-trade book (one-way: replacing a full book is 1.0; building it from cash is 
 Benchmark
 ---------
 An equal-weight book of all eligible stocks (in the universe on ``t`` and with a finite score),
-rebalanced on the same dates under the same tradability rules, costs and accounting.
+rebalanced on the same dates under the same tradability rules, costs and accounting. The index benchmark
+(the float-cap-weighted universe, or a supplied series) is :mod:`backtest.benchmark`'s, on the same
+return days and the same holding returns (:func:`holding_returns`).
 
 Days the book is not what the strategy chose
 ---------------------------------------------
@@ -318,6 +320,47 @@ class _Market:
         }
 
 
+def fill_field(panel: pd.DataFrame) -> Literal["open", "close"]:
+    """The price the books trade and are marked at: ``open``, or ``close`` on a panel without it.
+
+    >>> fill_field(pd.DataFrame(columns=["open", "close"])), fill_field(pd.DataFrame(columns=["close"]))
+    ('open', 'close')
+    """
+    return "open" if "open" in panel.columns else "close"
+
+
+def holding_returns(panel: pd.DataFrame, grid: WideGrid, field: Literal["open", "close"]) -> np.ndarray:
+    """float64 (T, N): the return of holding each stock from its ``field`` price of day ``d`` to that of the
+    next day of ``grid``, as :func:`simulate` marks its books.
+
+    Marks are ``adjusted_price(panel, field)``; a day on which the stock does not trade (suspended, no row,
+    no finite positive raw or adjusted price) carries its last mark, so its return is 0 until it trades
+    again, and the gap is earned on that day's return. The return is 0 where unknown (before the first mark,
+    after delisting) and on the last row (no next day).
+
+    Examples
+    --------
+    >>> dates = pd.bdate_range("2024-01-01", periods=4, name="date")
+    >>> panel = pd.DataFrame({"open": [10.0, 11.0, 11.0, 9.9], "volume": [1.0, 1.0, 0.0, 1.0]},
+    ...                      index=pd.MultiIndex.from_product([dates, ["600000.SH"]], names=["date", "code"]))
+    >>> holding_returns(panel, WideGrid.of(panel), "open").round(4).ravel().tolist()  # suspended on day 3
+    [0.1, 0.0, -0.1, 0.0]
+    """
+    fill = grid.to_wide(panel[field].to_numpy(np.float64), dtype=np.float64)
+    mark = grid.to_wide(adjusted_price(panel, field).to_numpy(np.float64), dtype=np.float64)
+    return _returns_of_marks(mark, trading(panel, grid, fill, mark))
+
+
+def _returns_of_marks(mark: np.ndarray, tradable: np.ndarray) -> np.ndarray:
+    """(T, N) returns from day d to d+1 of ``mark`` carried over the days that are not ``tradable``."""
+    mark = carry_forward(np.where(tradable, mark, np.nan))
+    ret = np.zeros(mark.shape)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ret[:-1] = mark[1:] / mark[:-1] - 1.0
+    ret[~np.isfinite(ret)] = 0.0
+    return ret
+
+
 def _market_of(panel: pd.DataFrame) -> _Market:
     if not isinstance(panel, pd.DataFrame) or panel.index.nlevels != 2:
         raise DataContractError(
@@ -335,21 +378,17 @@ def _market_of(panel: pd.DataFrame) -> _Market:
             f"The panel has {len(dups)} duplicate (date, code) rows, e.g. {preview(dups, 3)}; "
             "drop duplicates before simulating."
         )
-    fill_field = "open" if "open" in panel.columns else "close"
-    if fill_field == "close":
+    field = fill_field(panel)
+    if field == "close":
         logger.warning(
             "panel has no 'open' column: trades execute at the close of t+1 (not the open) and the book is "
             "marked close to close"
         )
     grid = WideGrid.of(panel)
-    fill = grid.to_wide(panel[fill_field].to_numpy(np.float64), dtype=np.float64)
-    mark = grid.to_wide(adjusted_price(panel, fill_field).to_numpy(np.float64), dtype=np.float64)
+    fill = grid.to_wide(panel[field].to_numpy(np.float64), dtype=np.float64)
+    mark = grid.to_wide(adjusted_price(panel, field).to_numpy(np.float64), dtype=np.float64)
     rule = Tradability.of(panel, grid, fill, mark)
-    mark = carry_forward(np.where(rule.trading, mark, np.nan))
-    ret = np.zeros(grid.shape)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ret[:-1] = mark[1:] / mark[:-1] - 1.0
-    ret[~np.isfinite(ret)] = 0.0
+    ret = _returns_of_marks(mark, rule.trading)
     last_row = np.full(grid.shape[1], -1)
     np.maximum.at(last_row, grid.col_pos, grid.row_pos)
     return _Market(grid, ret, rule, last_row)
@@ -596,7 +635,9 @@ def _hold(book: _Book, market: _Market, post: np.ndarray, cost: float, start: in
 # Schedule
 
 
-def _schedule(score_rows: np.ndarray, dates: pd.DatetimeIndex, every: int) -> list[tuple[int, int, int]]:
+def _schedule(
+    score_rows: np.ndarray, dates: pd.DatetimeIndex, every: int, warn: bool = True
+) -> list[tuple[int, int, int]]:
     """(decision row, execution row, end row exclusive) of every executable rebalance.
 
     A period runs from the execution day to the day before the next rebalance's execution day. The last
@@ -618,7 +659,7 @@ def _schedule(score_rows: np.ndarray, dates: pd.DatetimeIndex, every: int) -> li
             dropped.append(dates[decision].date())
             continue
         out.append((decision, start, end))
-    if dropped:
+    if dropped and warn:
         logger.warning(
             "%d rebalance(s) dropped: the panel ends before a full open-to-open return after their "
             "execution day (decided on %s)",
@@ -626,6 +667,29 @@ def _schedule(score_rows: np.ndarray, dates: pd.DatetimeIndex, every: int) -> li
             preview(dropped),
         )
     return out
+
+
+def return_days(
+    dates: pd.DatetimeIndex, test_period: tuple[pd.Timestamp, pd.Timestamp], spec: PortfolioSpec
+) -> pd.DatetimeIndex:
+    """The dates :func:`simulate` books returns on when every day of ``test_period`` carries scores: from
+    the day after the first decision to the end of the last holding period (the index of
+    ``PortfolioResult.returns``; fewer scored days give a subset of it). Known before any model is fit, so
+    that what the returns will be compared with (a supplied index) is checked first.
+
+    >>> days = pd.bdate_range("2024-01-01", periods=10)  # rows 0..9
+    >>> # decisions on rows 2..5, rebalanced on rows 2 and 4; the last period is held 2 days (rows 5, 6)
+    >>> days.get_indexer(return_days(days, (days[2], days[5]), PortfolioSpec(rebalance_every=2))).tolist()
+    [3, 4, 5, 6]
+    """
+    dates = pd.DatetimeIndex(dates)
+    first, last = pd.Timestamp(test_period[0]), pd.Timestamp(test_period[1])
+    rows = np.flatnonzero((dates >= first) & (dates <= last))
+    if len(rows) == 0:
+        return pd.DatetimeIndex([], name="date")
+    schedule = _schedule(rows, dates, spec.rebalance_every, warn=False)
+    days = np.concatenate([np.arange(start, end) for _, start, end in schedule]) if schedule else []
+    return pd.DatetimeIndex(dates[np.asarray(days, dtype=int)], name="date")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -669,8 +733,7 @@ def check_universe(
             f"the test period {period} holds no day of the panel ({grid.dates[0]:%Y-%m-%d} .. "
             f"{grid.dates[-1]:%Y-%m-%d})\n  fix: set backtest.test_start / backtest.test_end inside the data"
         )
-    fill_field = "open" if "open" in panel.columns else "close"
-    fill = grid.to_wide(panel[fill_field].to_numpy(np.float64), dtype=np.float64)
+    fill = grid.to_wide(panel[fill_field(panel)].to_numpy(np.float64), dtype=np.float64)
     member = eligible(panel, grid)[rows]
     trades = trading(panel, grid, fill)[rows] & member
     per_day = member.sum(axis=1)

@@ -4,9 +4,10 @@ the provenance and guard tags, at the paths of :data:`backtest.tracking.layout.A
 ::
 
     BacktestResult --record_backtest--> run: headline metrics (with the params ndcg_depth, the depth of
-                                         ndcg, and ic_lags, the Newey-West lags of rank_ic_se),
+                                         ndcg, ic_lags, the Newey-West lags of rank_ic_se, and
+                                         index_source, what the index_* metrics compare with),
                                          per-fold metrics, predictions, positions, daily
-                                         returns (with the baselines'), the daily rank IC and
+                                         returns (equal weight, the index, the baselines'), the daily rank IC and
                                          NDCG (what a study pairs runs on), the best factor of each
                                          fold, periods, feature importance, per-fold feature
                                          PSI, leakage records, feature audit, reports/, then the tags
@@ -212,13 +213,18 @@ def record_backtest(
     run.log_metrics({k: v for k, v in result.metrics.items() if v is not None and math.isfinite(v)})
     # the depth of the metric ``ndcg`` (portfolio.top_k) and the Newey-West lags of ``rank_ic_se`` (the label
     # horizon less one day), which a study's paired differences reuse
-    run.log_params({"ndcg_depth": result.ndcg_depth, "ic_lags": result.ic_lags})
+    params = {"ndcg_depth": result.ndcg_depth, "ic_lags": result.ic_lags}
+    if result.index is not None:  # what the index_* metrics compare with (backtest.benchmark.INDEX_SOURCES)
+        params["index_source"] = result.index.source
+    run.log_params(params)
     if fold_metrics:
         run.log_fold_metrics(result.fold_metrics)
     p = result.portfolio
     run.log_frame(result.scores.to_frame(), ARTIFACTS.predictions)
     run.log_frame(p.positions, ARTIFACTS.positions)
     daily = {"strategy": p.returns, "equal_weight": p.benchmark_returns}
+    if result.index is not None:
+        daily["index"] = result.index.returns
     if result.baselines is not None:
         daily.update({f"baseline_{name}": b.portfolio.returns for name, b in result.baselines.runs.items()})
         run.log_frame(result.baselines.choices, ARTIFACTS.baseline_choices)
@@ -282,6 +288,7 @@ def run_evidence(result: BacktestResult, *, run_name: str | None = None, run_id:
         feature_audit=result.feature_audit,
         comparable=is_comparable(result.leak_guard, result.feature_audit),
         ndcg_depth=result.ndcg_depth,
+        index=result.index.description if result.index is not None else None,
         run_name=run_name,
         run_id=run_id,
     )

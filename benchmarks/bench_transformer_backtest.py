@@ -66,12 +66,12 @@ def build_parts(
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from backtest.cli.compose import build
+    from backtest.cli.compose import build, build_data
 
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         cfg = compose("config", overrides=[f"{g}={o}" for g, o in choices.items()] + overrides)
 
-    parts = {g: build(cfg[g]) for g in groups}
+    parts = {g: build_data(cfg) if g == "data" else build(cfg[g]) for g in groups}
     parts.update(
         schedule=build(cfg.backtest),
         model=build(cfg.model, _partial_=True),

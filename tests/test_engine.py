@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 import backtest.engine as engine
+from backtest.benchmark import index_returns
 from backtest.code_fingerprint import code_fingerprint
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.engine import EngineOptions, plan_backtest, run_backtest
@@ -19,7 +20,7 @@ from backtest.features.registry import default_registry
 from backtest.features.sets import FeatureSetSpec
 from backtest.labels import LabelSpec
 from backtest.leakage import is_comparable
-from backtest.metrics import HEADLINE_KEYS, ndcg_at_k
+from backtest.metrics import HEADLINE_KEYS, INDEX_KEYS, ndcg_at_k
 from backtest.portfolio import PortfolioSpec
 from backtest.splits import RollingSchedule
 from models.lambdarank import LambdaRankRanker
@@ -46,6 +47,18 @@ def test_headline_metrics_and_fold_records(result) -> None:
     scored_days = result.scores.index.get_level_values("date").unique()
     assert scored_days.min() >= pd.Timestamp("2022-07-01")
     assert result.importance.shape[0] == len(result.records)
+
+
+def test_the_index_benchmark_is_on_the_strategys_return_days(result, tiny_panel) -> None:
+    returns = result.portfolio.returns
+    assert result.index is not None and result.index.source == "float_mv"
+    assert result.index.returns.index.equals(returns.index)
+    assert result.index.returns.equals(index_returns(tiny_panel, alignment="open").returns.reindex(returns.index))
+    assert all(np.isfinite(result.metrics[k]) for k in INDEX_KEYS)
+    assert result.metrics["index_excess_ann_return"] == pytest.approx(
+        result.metrics["ann_return"] - result.metrics["index_ann_return"], abs=1e-15
+    )
+    assert 0.0 < result.metrics["index_beta"] < 3.0 and result.metrics["index_tracking_error"] > 0
 
 
 def test_scores_only_for_members(result, tiny_panel) -> None:

@@ -110,6 +110,31 @@ def test_win_rate_vs_equal_weight():
         metrics.win_rate_vs_ew(pd.DataFrame({"strategy": [0.1]}))
 
 
+def test_beta_tracking_error_and_information_ratio_against_the_index():
+    s, i = daily([0.02, -0.01, 0.03, 0.0]), daily([0.01, -0.01, 0.01, 0.01])
+    # active returns 0.01, 0, 0.02, -0.01: mean 0.005, sum of squared deviations 0.0005 (variance 0.0005 / 3)
+    active_sd = math.sqrt(0.0005 / 3)
+    # deviations of s 0.01, -0.02, 0.02, -0.01 and of i 0.005, -0.015, 0.005, 0.005: covariance 0.0004 / 3, variance
+    # of i 0.0003 / 3
+    assert metrics.beta(s, i) == pytest.approx(4 / 3, rel=1e-12)
+    assert metrics.tracking_error(s, i) == pytest.approx(active_sd * math.sqrt(252), rel=1e-12)
+    assert metrics.information_ratio(s, i) == pytest.approx(0.005 / active_sd * math.sqrt(252), rel=1e-12)
+    out = metrics.index_metrics(s, i)
+    assert list(out) == list(metrics.INDEX_KEYS)
+    assert out["index_beta"] == metrics.beta(s, i)
+    assert out["index_information_ratio"] == pytest.approx(6.14817, abs=1e-5)  # the sharpe doctest's series
+    assert out["index_excess_ann_return"] == pytest.approx(
+        (1.02 * 0.99 * 1.03) ** 63 - (1.01 * 0.99 * 1.01 * 1.01) ** 63, rel=1e-12
+    )  # as excess_ann_return against equal weight
+    assert out["index_ann_return"] == metrics.ann_return(i) and out["index_sharpe"] == metrics.sharpe(i)
+    assert out["index_max_drawdown"] == pytest.approx(0.99 - 1, rel=1e-12)  # 1.01 -> 0.9999
+    assert all(math.isnan(v) for v in metrics.index_metrics(s, None).values())
+    flat = daily([0.01] * 4)  # a constant index: no beta, and the tracking error of s itself
+    assert math.isnan(metrics.beta(s, flat)) and metrics.tracking_error(s, flat) == pytest.approx(metrics.ann_vol(s))
+    with pytest.raises(DataContractError, match="share one date index"):
+        metrics.index_metrics(s, daily([0.0] * 4, start="2025-01-02"))
+
+
 def ic_example():
     scores = panel_series(
         {
@@ -257,6 +282,7 @@ def test_headline_metrics_keys_and_values():
         rng=np.random.default_rng(0),
         n_boot=200,
         ic_lags=0,
+        index=b * 0.5 + 0.0002,
     )
     assert list(out) == list(metrics.HEADLINE_KEYS)
     assert {
@@ -279,8 +305,16 @@ def test_headline_metrics_keys_and_values():
         "turnover",
         "psr",
         "dsr",
+        "index_ann_return",
+        "index_sharpe",
+        "index_excess_ann_return",
+        "index_beta",
+        "index_tracking_error",
+        "index_information_ratio",
+        "index_max_drawdown",
     } <= set(out)
     assert all(isinstance(v, float) and math.isfinite(v) for v in out.values())
+    assert {k: out[k] for k in metrics.INDEX_KEYS} == metrics.index_metrics(s, b * 0.5 + 0.0002)
     assert out["sharpe"] == metrics.sharpe(s)
     assert out["win_rate_vs_ew"] == pytest.approx(2 / 3)
     assert out["turnover"] == 12.5
@@ -301,9 +335,14 @@ def test_headline_metrics_keys_and_values():
             "turnover",
             "sharpe_ci_low",
             "sharpe_ci_high",
+            *metrics.INDEX_KEYS,
         )
     )
     assert bare["dsr"] == bare["psr"]
+    with_index = metrics.headline_metrics(s, b, periods, index=b * 0.5)
+    assert {k: with_index[k] for k in metrics.INDEX_KEYS} == metrics.index_metrics(s, b * 0.5)
+    others = [k for k in metrics.HEADLINE_KEYS if k not in metrics.INDEX_KEYS and not math.isnan(bare[k])]
+    assert [with_index[k] for k in others] == [bare[k] for k in others]  # the index changes no other key
 
 
 def test_the_headline_ndcg_follows_the_portfolio_depth():

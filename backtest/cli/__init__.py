@@ -29,7 +29,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from backtest import PROJECT_DIR
 from backtest.cli.argv import keep_secrets_off_the_command_line
-from backtest.cli.compose import CONF_DIR, build_parts, load_panel, run_identity
+from backtest.cli.compose import CONF_DIR, build_parts, load_benchmark, load_panel, run_identity
 from backtest.cli.errors import refuse, user_error
 from backtest.cli.progress import FoldProgress, log_stage_seconds, stop_on_signals
 from backtest.cli.summary import print_summary
@@ -52,12 +52,16 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from backtest.tracking import Tracker
 
     parts = build_parts(cfg)  # every part first: a config mistake must surface before any expensive work
+    benchmark = load_benchmark(cfg)  # a missing or malformed index file too, before the panel is read
     t0 = time.perf_counter()
     panel, market = load_panel(cfg)
     data_fp = panel_fingerprint(panel)
     log.info("panel loaded in %.1f s\n%s", time.perf_counter() - t0, summarize_panel(panel, data_fp))
-    # Labels and folds next: a schedule the data cannot serve is refused before the store is touched.
-    plan = plan_backtest(panel, label=parts.label, schedule=parts.schedule, portfolio=parts.portfolio)
+    # Labels and folds next: a schedule the data cannot serve (or an index file that does not cover its test
+    # period) is refused before the store is touched.
+    plan = plan_backtest(
+        panel, label=parts.label, schedule=parts.schedule, portfolio=parts.portfolio, benchmark=benchmark
+    )
 
     identity = run_identity(cfg, parts, data_fp, trial)
     tracker = Tracker.from_config(parts.tracking, PROJECT_DIR)

@@ -19,6 +19,7 @@ from backtest import PROJECT_DIR
 if TYPE_CHECKING:
     import pandas as pd
 
+    from backtest.benchmark import SuppliedIndex
     from backtest.data.synthetic import SyntheticMarket
     from backtest.engine import EngineOptions, RankerFactory
     from backtest.features.sets import FeatureSetSpec
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
 
 #: the Hydra config folder of the project (one sub-folder per group)
 CONF_DIR = str(PROJECT_DIR / "conf")
+
+#: keys of the ``data`` group that the main job reads itself, never passed to the loader its ``_target_`` names
+DATA_KEYS_OF_THE_JOB: tuple[str, ...] = ("benchmark_path",)
 
 
 def build(node: DictConfig, **kwargs: Any) -> Any:
@@ -78,13 +82,39 @@ def build_parts(cfg: DictConfig) -> Parts:
     )
 
 
+def build_data(cfg: DictConfig) -> Any:
+    """What the ``data`` group's ``_target_`` returns (a panel, or the synthetic market), called with the
+    group's keys but those of :data:`DATA_KEYS_OF_THE_JOB`, which the main job reads itself."""
+    node = OmegaConf.to_container(cfg.data, resolve=True, throw_on_missing=True)
+    for key in DATA_KEYS_OF_THE_JOB:
+        node.pop(key, None)
+    return build(node)
+
+
 def load_panel(cfg: DictConfig) -> tuple[pd.DataFrame, SyntheticMarket | None]:
     """Build the panel from the ``data`` group (synthetic, parquet/csv, tushare), with the synthetic
     market behind it (None for real data)."""
     from backtest.data.synthetic import SyntheticMarket
 
-    built = build(cfg.data)
+    built = build_data(cfg)
     return (built.panel, built) if isinstance(built, SyntheticMarket) else (built, None)
+
+
+def load_benchmark(cfg: DictConfig) -> SuppliedIndex | None:
+    """The index series of ``data.benchmark_path`` (read and checked now, before the panel), or None: the
+    index benchmark is then the float-cap-weighted index of the panel's universe (:mod:`backtest.benchmark`).
+
+    Raises
+    ------
+    DataContractError : the file is missing or unreadable, or lacks a date or value column
+        (:func:`backtest.data.loaders.read_index_series`).
+    """
+    from backtest.benchmark import SuppliedIndex
+
+    path = cfg.data.get("benchmark_path")
+    if path is None or str(path).strip() == "":
+        return None
+    return SuppliedIndex.read(str(path), encoding=str(cfg.data.get("encoding") or "utf-8"))
 
 
 def run_identity(cfg: DictConfig, parts: Parts, data_fingerprint: str, trial: dict[str, str]) -> RunIdentity:

@@ -1,5 +1,6 @@
-"""The summary the main job prints when it ends: its headline metrics beside equal weight's, the guards'
-verdicts, and where the run, its tearsheet and the UI are (:func:`backtest.reports.summary.summary_text`)."""
+"""The summary the main job prints when it ends: its headline metrics beside equal weight's and the index's,
+the guards' verdicts, and where the run, its tearsheet and the UI are
+(:func:`backtest.reports.summary.summary_text`)."""
 
 from __future__ import annotations
 
@@ -27,5 +28,7 @@ def print_summary(result: BacktestResult, recorded: RecordedRun) -> None:
         run_id=recorded.run_id,
         tearsheet_uri=f"{recorded.artifact_uri}/{ARTIFACTS.report('tearsheet')}",
         ui=ui_command(recorded.store_uri),
+        index=result.index.description if result.index is not None else None,
     )
-    print(summary_text(result.portfolio.returns, result.portfolio.benchmark_returns, result.metrics, run))
+    p, index = result.portfolio, result.index.returns if result.index is not None else None
+    print(summary_text(p.returns, p.benchmark_returns, result.metrics, run, index=index))

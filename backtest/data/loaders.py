@@ -7,6 +7,7 @@ import gzip
 import logging
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from backtest.data.membership import membership_from_snapshots
@@ -152,3 +153,99 @@ def read_panel(
             log.info("%s: in_universe from %s replaces the panel's own column", path, membership_path)
         panel = panel.assign(in_universe=membership_from_snapshots(snapshots, panel.index))
     return panel
+
+
+#: Columns an index series file may give (``data.benchmark_path``): levels at the open or the close of each
+#: date, or the simple return of each date (close of the previous trading day to the close of the date).
+INDEX_SERIES_COLUMNS: tuple[str, ...] = ("open", "close", "return")
+
+
+def read_index_series(path: str | Path, encoding: str = "utf-8") -> pd.DataFrame:
+    r"""Read a benchmark index series (``data.benchmark_path``): a CSV or parquet table with a ``date`` (or
+    ``trade_date``) column and at least one of ``open`` / ``close`` (index levels at that moment of the
+    date) or ``return`` (the simple return of the date, close to close; 0.01 = 1%). Other columns are
+    ignored (a Tushare ``index_daily`` export reads as it is, one index per file).
+
+    How the series becomes the benchmark's returns (which column, on which dates) is
+    :func:`backtest.benchmark.supplied_index_returns`; this function only reads and checks the file.
+
+    Returns
+    -------
+    DataFrame indexed by ``date`` (sorted, unique), float64 columns: those of :data:`INDEX_SERIES_COLUMNS`
+    the file has, in that order; NaN where the file has no value.
+
+    Raises
+    ------
+    DataContractError : the file is missing, a directory or unreadable; no date column or dates that do not
+        parse; no value column; duplicated dates; a level that is not positive or a return not in (-1, 1).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = Path(tmp, "csi300.csv").write_text("trade_date,close\n20240103,3300.5\n20240102,3310.0\n")
+    ...     read_index_series(Path(tmp, "csi300.csv"))
+                 close
+    date
+    2024-01-02  3310.0
+    2024-01-03  3300.5
+    """
+    path = Path(path).expanduser()
+    fix = (
+        "  fix: data.benchmark_path=/abs/path/index.csv (a CSV or parquet with date and close, open or return "
+        "columns), or data.benchmark_path=null for the float-cap-weighted index of the panel's universe"
+    )
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "not found"
+        raise DataContractError(f"data.benchmark_path: the benchmark file {what}: {path}\n{fix}")
+    table = read_table(path, "benchmark", encoding)
+    date_col = next((c for c in ("date", "trade_date") if c in table.columns), None)
+    values = [c for c in INDEX_SERIES_COLUMNS if c in table.columns]
+    if date_col is None or not values:
+        missing = "a date (or trade_date) column" if date_col is None else ""
+        if not values:
+            missing += (" and " if missing else "") + "one of the columns open, close (index levels) or return"
+        raise DataContractError(
+            f"{path}: the benchmark series needs {missing}; its columns are {preview(table.columns, 10)}\n"
+            "  fix: one row per trading day with columns date and close (the index level at the close), or "
+            "date and return (the day's simple return, 0.01 = 1%); rename a level column such as price to close"
+        )
+    dates = pd.to_datetime(table[date_col].astype(str), errors="coerce", format="mixed")
+    if dates.isna().any():
+        bad = table.loc[dates.isna().to_numpy(), date_col]
+        raise DataContractError(
+            f"{path}: {int(dates.isna().sum())} dates in column '{date_col}' do not parse, e.g. {preview(bad, 3)}\n"
+            "  fix: one date per row, YYYY-MM-DD or YYYYMMDD"
+        )
+    if dates.duplicated().any():
+        dups = sorted(set(dates[dates.duplicated()].dt.date))
+        several = (
+            f"; it holds {table['ts_code'].nunique()} indexes (ts_code)"
+            if "ts_code" in table.columns and table["ts_code"].nunique() > 1
+            else ""
+        )
+        raise DataContractError(
+            f"{path}: {len(dups)} dates appear more than once, e.g. {preview(dups, 3)}{several}\n"
+            "  fix: one row per date: keep a single index in the file"
+        )
+    series = pd.DataFrame(
+        {c: pd.to_numeric(table[c], errors="coerce").to_numpy("float64") for c in values},
+        index=pd.DatetimeIndex(dates, name="date"),
+    ).sort_index()
+    for column in values:
+        v = series[column]
+        if column == "return":
+            bad = v.notna() & ~((v > -1) & (v < 1))
+            expected = "a simple return in (-1, 1) (0.01 = 1%; a percent column divided by 100)"
+        else:
+            bad = v.notna() & ~(np.isfinite(v) & (v > 0))
+            expected = "a positive index level"
+        if bad.any():
+            raise DataContractError(
+                f"{path}: column '{column}' has {int(bad.sum())} values that are not {expected}, e.g. on "
+                f"{preview(v.index[bad.to_numpy()].date, 3)}: {preview(v[bad].tolist(), 3)}\n"
+                "  fix: correct or drop those rows (a missing day is refused later only if the backtest needs it)"
+            )
+    if series[values].isna().all(axis=None):
+        raise DataContractError(f"{path}: the benchmark series has no numeric value in {', '.join(values)}\n{fix}")
+    return series

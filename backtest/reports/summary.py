@@ -1,9 +1,10 @@
 """The run summary printed at the end of a backtest: the tearsheet's table, then the evidence; and the
 panel's, logged when its data is loaded (:func:`summarize_panel`).
 
-The strategy / equal-weight rows are :func:`backtest.reports.tearsheet.tearsheet_metrics`, the same
-numbers the HTML tearsheet shows; the lines below them come from the run's headline metrics
-(:func:`backtest.metrics.headline_metrics`) and its guard verdicts (:mod:`backtest.leakage`).
+The strategy / equal-weight (/ index) rows are :func:`backtest.reports.tearsheet.tearsheet_metrics`, the
+same numbers the HTML tearsheet shows; the lines below them come from the run's headline metrics
+(:func:`backtest.metrics.headline_metrics`: against equal weight, then the ``index_*`` keys against the
+index) and its guard verdicts (:mod:`backtest.leakage`).
 """
 
 from __future__ import annotations
@@ -44,32 +45,45 @@ class RunSummary:
     run_id: str
     tearsheet_uri: str
     ui: str
+    index: str | None = None  # what the index column is (``IndexReturns.description``)
 
 
-def summary_text(returns: pd.Series, benchmark: pd.Series, metrics: Mapping[str, float], run: RunSummary) -> str:
+def summary_text(
+    returns: pd.Series,
+    benchmark: pd.Series,
+    metrics: Mapping[str, float],
+    run: RunSummary,
+    index: pd.Series | None = None,
+) -> str:
     """The summary of one backtest as text.
 
     Parameters
     ----------
     returns, benchmark : daily strategy and equal-weight returns over the test period.
-    metrics : the run's headline metrics (``win_rate_vs_ew``, ``rank_ic_mean``, ``dsr``, ...).
+    metrics : the run's headline metrics (``win_rate_vs_ew``, ``rank_ic_mean``, ``dsr``, ``index_beta``, ...).
     run : fold and feature counts, guard verdicts and where to look.
+    index : the index benchmark's daily returns on the same dates, optional (a third column and a line of
+        the ``index_*`` metrics).
     """
-    table = tearsheet_metrics(returns, benchmark)
+    table = tearsheet_metrics(returns, benchmark, index=index)
     period = f"{returns.index.min():%Y-%m-%d} .. {returns.index.max():%Y-%m-%d}"
+    columns = {"Strategy": ("strategy", 12), "Benchmark": ("equal weight", 14)}
+    if index is not None:
+        columns["Index"] = ("index", 10)
     out = [
         f"\nbacktest {period}, {run.n_folds} folds, {run.n_features} features",
-        f"{'':28}{'strategy':>12}{'equal weight':>14}",
+        f"{'':28}" + "".join(f"{name:>{width}}" for name, width in columns.values()),
     ]
     for row, label in SUMMARY_ROWS.items():
-        strategy, bench = table.loc[row, "Strategy"], table.loc[row, "Benchmark"]
         fmt = "{:+.2%}" if row in PERCENT_ROWS else "{:+.2f}"
-        out.append(f"{label:28}{fmt.format(strategy):>12}{fmt.format(bench):>14}")
+        cells = "".join(f"{fmt.format(table.loc[row, col]):>{width}}" for col, (_, width) in columns.items())
+        out.append(f"{label:28}{cells}")
     m = metrics
     nan = float("nan")
     out += [
         f"{'win rate vs EW (periods)':28}{m.get('win_rate_vs_ew', nan):>12.1%}",
-        f"{'excess annual return':28}{m.get('excess_ann_return', nan):>+12.2%}",
+        f"{'excess annual return':28}{m.get('excess_ann_return', nan):>+12.2%}   vs equal weight",
+        *index_lines(m, run.index if index is not None else None),
         f"{'turnover (annual)':28}{m.get('turnover', nan):>12.2f}",
         f"{'days blocked':28}{m.get('days_blocked', nan):>12.0f}   (the book was not the one chosen: "
         f"a pick not bought or a holding not sold, or a holding that did not trade)",
@@ -86,6 +100,20 @@ def summary_text(returns: pd.Series, benchmark: pd.Series, metrics: Mapping[str,
         f"open the UI     {run.ui}",
     ]
     return "\n".join(out)
+
+
+def index_lines(metrics: Mapping[str, float], index: str | None) -> list[str]:
+    """The strategy against the index (the ``index_*`` metrics), below the equal-weight line; none without
+    an index."""
+    if index is None:
+        return []
+    nan = float("nan")
+    m = {k: metrics.get(k, nan) for k in ("index_excess_ann_return", "index_beta", "index_tracking_error")}
+    return [
+        f"{'':28}{m['index_excess_ann_return']:>+12.2%}   vs the index: beta {m['index_beta']:.2f}, tracking error "
+        f"{m['index_tracking_error']:.2%}, information ratio {metrics.get('index_information_ratio', nan):+.2f}",
+        f"{'':28}{'':12}   (index: {index})",
+    ]
 
 
 def _dsr_text(metrics: Mapping[str, float]) -> str:

@@ -22,9 +22,11 @@ download one). Its traps, handled here:
 
 The page opens with the project's own evidence, before any quantstats content (:func:`robustness_html`):
 the Sharpe ratio and annual return with and without the best month and the best 3 months, the Sharpe's
-bootstrap interval, PSR and DSR, rank IC and ICIR, NDCG, and the leak guard, feature audit and
-comparable verdicts. Those numbers are the run's own (:class:`RunEvidence`, from the engine's metrics
-and guards), never recomputed here. The page title and heading name the run and its test period.
+bootstrap interval, PSR and DSR, rank IC and ICIR, NDCG, the strategy against the index benchmark
+(excess annual return, beta, tracking error, information ratio; the index's own annual return, Sharpe
+and drawdown), and the leak guard, feature audit and comparable verdicts. quantstats' own comparison is
+against equal weight, the default benchmark. Those numbers are the run's own (:class:`RunEvidence`, from
+the engine's metrics and guards), never recomputed here. The page title and heading name the run and its test period.
 """
 
 from __future__ import annotations
@@ -93,10 +95,11 @@ class RunEvidence:
         ``sharpe_ex_best_month``, ``ann_return_ex_best_month``, ``sharpe_ex_best_3_months``,
         ``ann_return_ex_best_3_months``, ``sharpe_ci_low``, ``sharpe_ci_high``, ``psr``, ``dsr`` (or, for
         a sweep's job, ``dsr_provisional``),
-        ``rank_ic_mean``, ``icir``, ``ndcg``; a missing key shows as ``-``.
+        ``rank_ic_mean``, ``icir``, ``ndcg``, the ``index_*`` keys; a missing key shows as ``-``.
     leak_guard, feature_audit : the guard verdicts (``passed`` / ``failed`` / ``disabled``).
     comparable : :func:`backtest.leakage.is_comparable` of the two.
     ndcg_depth : the depth of ``ndcg`` (the portfolio's ``top_k``), shown in its label.
+    index : what the ``index_*`` metrics compare with (``IndexReturns.description``); None: no index table.
     run_name, run_id : the tracked run, named on the page.
     """
 
@@ -105,6 +108,7 @@ class RunEvidence:
     feature_audit: str = "unknown"
     comparable: bool = False
     ndcg_depth: int = DEFAULT_TOP_K
+    index: str | None = None
     run_name: str | None = None
     run_id: str | None = None
 
@@ -213,8 +217,9 @@ def robustness_html(
     evidence: RunEvidence | None, *, ndays: int | None = None, periods_per_year: int = PERIODS_PER_YEAR
 ) -> str:
     """The robustness block that opens the tearsheet: a ``<section id="robustness">`` of two tables
-    (Sharpe and annual return with and without the best months; interval, PSR, DSR, rank IC, NDCG) and
-    the guard verdicts, all read from ``evidence`` (never recomputed).
+    (Sharpe and annual return with and without the best months; interval, PSR, DSR, rank IC, NDCG), the
+    guard verdicts and, with ``evidence.index``, the strategy against the index (:data:`INDEX_ROWS`), all
+    read from ``evidence`` (never recomputed).
 
     Cells read ``<tr><td>label</td><td>value</td>...</tr>``; a missing or non-finite value is ``-``.
     """
@@ -263,6 +268,16 @@ def robustness_html(
             ("comparable", "yes" if evidence.comparable else "NO", evidence.comparable),
         ]
     )
+    index = ""
+    if evidence.index is not None:
+        cells = "".join(
+            f"<tr><td>{label}</td><td>{_fmt(m.get(key), spec)}</td></tr>" for label, key, spec in INDEX_ROWS
+        )
+        index = (
+            "<table><thead><tr><th>Against the index</th><th>value</th></tr></thead>"
+            f"<tbody>{cells}</tbody></table>"
+            f"<p class='note'>Index: {html.escape(evidence.index)}, on the strategy's return days.</p>"
+        )
     baselines = comparison_table(m)
     against = ""
     if len(baselines) > 1:
@@ -305,8 +320,20 @@ def robustness_html(
         f"<tbody>{first}</tbody></table>"
         f"<table><thead><tr><th>Evidence</th><th>value</th></tr></thead><tbody>{second}</tbody></table>"
         f"<table><thead><tr><th>Guards</th><th>verdict</th></tr></thead><tbody>{guards}</tbody></table>"
-        f"{against}{rolling}</section><hr>"
+        f"{index}{against}{rolling}</section><hr>"
     )
+
+
+#: The robustness block's index table: label, metric key (:data:`backtest.metrics.INDEX_KEYS`), format.
+INDEX_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("excess annual return", "index_excess_ann_return", "+.2%"),
+    ("beta", "index_beta", ".2f"),
+    ("tracking error (annual)", "index_tracking_error", ".2%"),
+    ("information ratio", "index_information_ratio", "+.2f"),
+    ("index annual return", "index_ann_return", "+.2%"),
+    ("index Sharpe", "index_sharpe", "+.2f"),
+    ("index max drawdown", "index_max_drawdown", ".2%"),
+)
 
 
 def _dsr_row(m: Mapping[str, float]) -> tuple[str, str]:
@@ -339,7 +366,10 @@ def _with_evidence(page: str, heading: str, block: str, hide_rolling: bool) -> s
 
 
 def tearsheet_metrics(
-    returns: pd.Series, benchmark: pd.Series, periods_per_year: int = PERIODS_PER_YEAR
+    returns: pd.Series,
+    benchmark: pd.Series,
+    periods_per_year: int = PERIODS_PER_YEAR,
+    index: pd.Series | None = None,
 ) -> pd.DataFrame:
     """Headline statistics of the tearsheet, from :mod:`backtest.metrics` (which defines them as
     quantstats does: compounded, risk-free rate 0).
@@ -348,16 +378,20 @@ def tearsheet_metrics(
     ----------
     returns, benchmark : daily returns on the same dates (validated by the caller).
     periods_per_year : annualization.
+    index : the index benchmark's daily returns on the same dates, optional (an ``Index`` column).
 
     Returns
     -------
-    DataFrame indexed by metric name, columns ``Benchmark`` and ``Strategy`` (quantstats' order), float
-    values: Cumulative Return, CAGR, Sharpe, Sortino, Volatility (ann.), Max Drawdown, Calmar
-    (``CAGR / |Max Drawdown|``), Best Day, Worst Day, and the robustness rows Sharpe ex best month,
+    DataFrame indexed by metric name, columns ``Benchmark`` and ``Strategy`` (quantstats' order), then
+    ``Index`` when ``index`` is given, float values: Cumulative Return, CAGR, Sharpe, Sortino, Volatility
+    (ann.), Max Drawdown, Calmar (``CAGR / |Max Drawdown|``), Best Day, Worst Day, and the robustness rows
+    Sharpe ex best month,
     CAGR ex best month, Sharpe ex best 3 months (the same with the best calendar month(s) removed,
     :func:`backtest.metrics.drop_best_months`). The run summary the CLI prints is this table too.
     """
     columns = {"Benchmark": benchmark, "Strategy": returns}
+    if index is not None:
+        columns["Index"] = index
     table = pd.DataFrame({name: _statistics(series, periods_per_year) for name, series in columns.items()})
     table.index.name = "Metric"
     return table

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 
@@ -34,3 +36,24 @@ def test_summary_rows_are_the_tearsheet_values_of_both_series() -> None:
     assert "backtest 2024-01-02 .. 2024-12-16, 12 folds, 285 features" in text
     assert "rank IC +0.0312" in text and "NDCG@3 0.5000" in text  # the headline NDCG at the portfolio's depth
     assert "feature audit disabled   comparable NO" in text
+
+
+def test_the_index_is_a_third_column_and_a_line_of_its_own() -> None:
+    index = pd.Series(np.tile([0.005, -0.004], 125), index=DATES)
+    m = {
+        "excess_ann_return": 0.1,
+        "index_excess_ann_return": 0.2345,
+        "index_beta": 1.234,
+        "index_tracking_error": 0.15,
+        "index_information_ratio": 0.987,
+    }
+    run = dataclasses.replace(RUN, index="float-cap-weighted index of the universe")
+    text = summary_text(STRATEGY, BENCHMARK, m, run, index=index)
+    lines = {line[:28].strip(): line[28:].split() for line in text.splitlines() if len(line) > 28}
+    header = next(line for line in text.splitlines() if "equal weight" in line)
+    assert header.split() == ["strategy", "equal", "weight", "index"]
+    assert lines["Sharpe"] == [f"{metrics.sharpe(s):+.2f}" for s in (STRATEGY, BENCHMARK, index)]
+    assert "+10.00%   vs equal weight" in text
+    assert "+23.45%   vs the index: beta 1.23, tracking error 15.00%, information ratio +0.99" in text
+    assert "(index: float-cap-weighted index of the universe)" in text
+    assert "vs the index" not in summary_text(STRATEGY, BENCHMARK, m, run)  # no index series, no index line

@@ -253,3 +253,33 @@ def test_missing_metrics_show_a_dash_and_no_evidence_says_so() -> None:
         EVIDENCE, metrics={**{k: v for k, v in EVIDENCE.metrics.items() if k != "dsr"}, "dsr_provisional": 0.25}
     )
     assert "<td>DSR, provisional (the study's DSR comes when the sweep ends)</td><td>0.250</td>" in robustness_html(job)
+
+
+def test_the_block_shows_the_strategy_against_the_index_from_the_runs_metrics() -> None:
+    index_metrics = {
+        "index_excess_ann_return": 0.0456,
+        "index_beta": 0.8123,
+        "index_tracking_error": 0.1789,
+        "index_information_ratio": 0.3456,
+        "index_ann_return": 0.0712,
+        "index_sharpe": 0.5234,
+        "index_max_drawdown": -0.2345,
+    }
+    evidence = dataclasses.replace(
+        EVIDENCE, metrics={**EVIDENCE.metrics, **index_metrics}, index="float-cap-weighted index of the universe"
+    )
+    block = robustness_html(evidence)
+    for row in (
+        "<tr><td>excess annual return</td><td>+4.56%</td></tr>",
+        "<tr><td>beta</td><td>0.81</td></tr>",
+        "<tr><td>tracking error (annual)</td><td>17.89%</td></tr>",
+        "<tr><td>information ratio</td><td>+0.35</td></tr>",
+        "<tr><td>index annual return</td><td>+7.12%</td></tr>",
+        "<tr><td>index Sharpe</td><td>+0.52</td></tr>",
+        "<tr><td>index max drawdown</td><td>-23.45%</td></tr>",
+    ):
+        assert row in block, row
+    assert "Index: float-cap-weighted index of the universe, on the strategy's return days." in block
+    assert "Against the index" not in robustness_html(EVIDENCE)  # a run without an index has no such table
+    page = fallback_html(STRATEGY, BENCHMARK, "lambdarank-all", evidence=evidence)
+    assert "<tr><td>beta</td><td>0.81</td></tr>" in page

@@ -96,6 +96,11 @@ def test_main_job_records_one_complete_run(tmp_path: Path, capsys, compose_confi
     assert list(ranking.columns) == ["rank_ic", "ndcg"] and isinstance(ranking.index, pd.DatetimeIndex)
     assert ranking["rank_ic"].mean() == pytest.approx(out["metrics"]["rank_ic_mean"], rel=1e-12)
     assert ranking["ndcg"].mean() == pytest.approx(out["metrics"]["ndcg"], rel=1e-12)
+    # the index benchmark beside equal weight: a column of the daily returns, its metrics and what it is
+    daily = pd.read_parquet(client.download_artifacts(out["run_id"], ARTIFACTS.daily_returns, str(tmp_path)))
+    assert list(daily.columns[:3]) == ["strategy", "equal_weight", "index"] and daily["index"].notna().all()
+    assert run.data.params["index_source"] == "float_mv"
+    assert all(np.isfinite(run.data.metrics[k]) for k in HEADLINE_KEYS if k.startswith("index_"))
     artifacts = _all_artifacts(client, out["run_id"])
     for path in (
         "data/predictions.parquet",
@@ -113,6 +118,7 @@ def test_main_job_records_one_complete_run(tmp_path: Path, capsys, compose_confi
         assert path in artifacts, (path, artifacts)  # the compare images sit at the root, for the compare page
     printed = capsys.readouterr().out
     assert "leak guard      passed" in printed and out["run_id"] in printed
+    assert "vs the index: beta" in printed and "(index: float-cap-weighted index of the universe)" in printed
     assert f"open the UI     {ui_command(uri)}" in printed  # the command that serves this store (tracking.ui)
 
 

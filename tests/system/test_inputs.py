@@ -34,7 +34,7 @@ from backtest.splits import RollingSchedule
 from backtest.tracking.redaction import flatten_config, is_secret_key, redact_uri
 from backtest.tracking.store import ENV_PASSWORD, ENV_USERNAME, _check_server, resolve_tracking_uri
 from models.lambdarank import LambdaRankConfig, LambdaRankRanker
-from tests.system.tiny_market import main_job
+from tests.system.tiny_market import TINY_MARKET, main_job
 
 
 def _refused(proc: subprocess.CompletedProcess, *words: str) -> str:
@@ -136,6 +136,30 @@ def test_an_unwritable_cache_exits_2_at_the_command_line(tmp_path: Path) -> None
     proc = main_job([f"engine.cache_dir={root}", f"tracking.uri=sqlite:///{tmp_path / 'x.db'}"], tmp_path)
     _refused(proc, "cannot be written", "engine.feature_cache=false")
     assert not (tmp_path / "x.db").exists()  # refused before the store was touched
+
+
+# --------------------------------------------------------------------------------------------------
+# A supplied index benchmark (data.benchmark_path) that cannot serve, refused before the store is touched
+
+
+@pytest.mark.parametrize(
+    "content,words",
+    [
+        (None, ["data.benchmark_path: the benchmark file not found", "fix: data.benchmark_path="]),
+        ("date,price\n2024-01-02,3300\n", ["the benchmark series needs one of the columns open, close"]),
+        ("date,close\n2023-06-01,3300\n2023-06-02,3310\n", ["does not cover the backtest", "fix: give a close level"]),
+    ],
+)
+def test_a_benchmark_file_that_cannot_serve_exits_2_before_any_work(
+    tmp_path: Path, content: str | None, words: list[str]
+) -> None:
+    path = tmp_path / "csi300.csv"
+    if content is not None:
+        path.write_text(content)
+    store = tmp_path / "x.db"
+    proc = main_job([*TINY_MARKET, f"data.benchmark_path={path}", f"tracking.uri=sqlite:///{store}"], tmp_path)
+    _refused(proc, *words)
+    assert not store.exists()  # refused before the store was touched (and so before any model was fit)
 
 
 # --------------------------------------------------------------------------------------------------
