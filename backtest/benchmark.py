@@ -89,6 +89,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from backtest import metrics
 from backtest.data.panel import WideGrid
 from backtest.data.tradability import carry_forward, eligible
 from backtest.errors import DataContractError, preview
@@ -377,3 +378,67 @@ def _uncovered(
         f"{calendar[hi]:%Y-%m-%d}, or move backtest.test_start / backtest.test_end inside the series, or "
         "data.benchmark_path=null for the float-cap-weighted index of the panel's universe"
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# The stylized facts of an index
+
+
+#: A day counts as a review when at least this many names enter the universe together (a delisted
+#: member's replacement enters alone).
+REVIEW_MIN_ENTRANTS = 3
+#: A large day: an index move larger than this, either way.
+LARGE_DAY = 0.05
+
+
+def stylized_facts(panel: pd.DataFrame) -> dict[str, float]:
+    """The stylized facts of the panel's cap-weighted index (close to close) and of its reviews.
+
+    Returns
+    -------
+    dict : ``annual_volatility``, ``excess_kurtosis`` (of daily returns), ``abs_autocorr_1``, ``_5``, ``_20``
+        (the autocorrelation of the absolute daily return at 1, 5 and 20 days: volatility memory),
+        ``max_drawdown``, ``large_day_share`` (the share of days moving more than :data:`LARGE_DAY`),
+        ``reviews`` (days on which :data:`REVIEW_MIN_ENTRANTS` or more names enter ``in_universe``) and the
+        names entering at each: ``review_changes_mean``, ``_min``, ``_max`` (NaN without a review).
+
+    >>> from backtest.data.synthetic import SyntheticMarketConfig, generate_market
+    >>> facts = stylized_facts(generate_market(SyntheticMarketConfig(n_stocks=60, n_members=30, end="2019-12-31")))
+    >>> sorted(facts) == sorted(STYLIZED_FACTS)
+    True
+    """
+    returns = index_returns(panel, alignment="close").returns
+    moves = returns.abs()
+    member = panel["in_universe"].unstack(fill_value=False).astype(bool).to_numpy()
+    entered = (member[1:] & ~member[:-1]).sum(axis=1)
+    changes = entered[entered >= REVIEW_MIN_ENTRANTS]
+    has = len(changes) > 0
+    return {
+        "annual_volatility": metrics.ann_vol(returns),
+        "excess_kurtosis": float(returns.kurt()),
+        "abs_autocorr_1": float(moves.autocorr(1)),
+        "abs_autocorr_5": float(moves.autocorr(5)),
+        "abs_autocorr_20": float(moves.autocorr(20)),
+        "max_drawdown": metrics.max_drawdown(returns),
+        "large_day_share": float((moves > LARGE_DAY).mean()),
+        "reviews": float(len(changes)),
+        "review_changes_mean": float(changes.mean()) if has else float("nan"),
+        "review_changes_min": float(changes.min()) if has else float("nan"),
+        "review_changes_max": float(changes.max()) if has else float("nan"),
+    }
+
+
+#: The keys of :func:`stylized_facts`, in order.
+STYLIZED_FACTS: tuple[str, ...] = (
+    "annual_volatility",
+    "excess_kurtosis",
+    "abs_autocorr_1",
+    "abs_autocorr_5",
+    "abs_autocorr_20",
+    "max_drawdown",
+    "large_day_share",
+    "reviews",
+    "review_changes_mean",
+    "review_changes_min",
+    "review_changes_max",
+)

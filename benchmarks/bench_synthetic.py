@@ -1,11 +1,15 @@
 """Benchmark: generate the default synthetic market; print time, peak memory and the planted effects.
 
-    .venv/bin/python benchmarks/bench_synthetic.py [--repeat 3]
+    .venv/bin/python benchmarks/bench_synthetic.py [--repeat 3] [--facts-seeds 20]
 
 Targets (issue: foundation): under 15 s and 2 GB on 2 cores. Peak memory is measured with tracemalloc
 (Python and numpy allocations during generation) and as the process's peak RSS. As a same-process
 baseline, the script also times reading the generated panel back from parquet, so the ratio
 generate / read is comparable across noisy machines.
+
+``--facts-seeds N`` adds the index's stylized facts (:func:`backtest.benchmark.stylized_facts`) of the
+default market and their spread over seeds 42 and 1..N-1: the measurement behind the bands of
+``tests/data/test_synthetic.py``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from backtest.benchmark import STYLIZED_FACTS, stylized_facts
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.data.synthetic import SyntheticMarketConfig, planted_effect_strengths, simulate_market
 from backtest.labels import LabelSpec
@@ -28,6 +33,7 @@ from backtest.labels import LabelSpec
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--facts-seeds", type=int, default=0, help="stylized facts over this many seeds")
     args = parser.parse_args()
 
     times = []
@@ -67,6 +73,23 @@ def main() -> None:
     print("|---|---|---|---|")
     for name, row in table.iterrows():
         print(f"| {name} | {row['rank_ic']:+.3f} | {row['std_err']:.3f} | {row['days']:.0f} |")
+    if args.facts_seeds:
+        print_stylized_facts(market, args.facts_seeds)
+
+
+def print_stylized_facts(default, seeds: int) -> None:
+    """The default market's stylized facts and their 10th / 50th / 90th percentiles over ``seeds`` draws."""
+    draws = [stylized_facts(default.panel)]
+    for seed in range(1, seeds):
+        draws.append(stylized_facts(simulate_market(SyntheticMarketConfig(seed=seed)).panel))
+    table = pd.DataFrame(draws, columns=list(STYLIZED_FACTS))
+    q = table.quantile([0.1, 0.5, 0.9])
+    print()
+    print(f"| stylized fact | default (seed 42) | 10th pct | median | 90th pct ({seeds} seeds) |")
+    print("|---|---|---|---|---|")
+    for name in STYLIZED_FACTS:
+        cells = [table[name].iloc[0], *(q.loc[p, name] for p in (0.1, 0.5, 0.9))]
+        print(f"| {name} | " + " | ".join(f"{v:.4g}" for v in cells) + " |")
 
 
 if __name__ == "__main__":

@@ -68,7 +68,9 @@ def test_daily_rank_ic_matches_pandas_spearman(setup) -> None:
     matrix, labels, _ = setup
     ranked = RankedPanel.of(matrix, labels.fwd_return)
     ours = ranked.daily_rank_ic()
-    fwd = labels.fwd_return.reindex(matrix.index)
+    # the ranks are of float32 values (DailyCrossSection.rank_pct): two labels a rounding error apart (the
+    # same fen-rounded price ratio of two stocks, 2e-16 off) tie there, so the reference ranks float32 labels
+    fwd = labels.fwd_return.reindex(matrix.index).astype(np.float32).astype(np.float64)
     days = pd.DatetimeIndex(np.unique(ranked.dates))
     for j in (0, 3):
         x = pd.Series(matrix.values[:, j].astype(np.float64), index=matrix.index)

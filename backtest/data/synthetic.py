@@ -438,7 +438,8 @@ def _draw_market(rng: np.random.Generator, regime: np.ndarray) -> tuple[np.ndarr
     vol = _VOL_BASE * np.exp(log_vol + np.log(_VOL_BEAR) * bear - (sd_slow**2 + sd_fast**2))
     z = rng.standard_t(_SHOCK_DOF, T) / np.sqrt(_SHOCK_DOF / (_SHOCK_DOF - 2))
     rate, size, scale = _JUMPS
-    jumps = (rng.random(T) < rate) * rng.choice([-1.0, 1.0], T) * (size + rng.exponential(scale, T))
+    intensity = rate * vol**2 / np.mean(vol**2)  # jumps come in volatile times, as crashes and rallies do
+    jumps = (rng.random(T) < intensity) * rng.choice([-1.0, 1.0], T) * (size + rng.exponential(scale, T))
     drift = np.where(regime > 0, _DRIFT[0], _DRIFT[1])
     return drift + vol * z + jumps, vol
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from backtest.benchmark import stylized_facts
 from backtest.data import tradability
 from backtest.data.calendar import exchange_calendar, recorded_span
 from backtest.data.fingerprint import panel_fingerprint
@@ -257,3 +258,58 @@ def test_the_fingerprint_is_its_value_by_value_definition(tiny_market) -> None:
     )
     assert panel_fingerprint(panel) == _fingerprint_value_by_value(panel)
     assert panel_fingerprint(panel) != panel_fingerprint(tiny_market.panel)
+
+
+# --- stylized facts against the real CSI 300 -------------------------------------------------------------
+
+#: The real CSI 300 over 2018-01-02 .. 2025-12-31, in backtest.benchmark.stylized_facts' terms. Source: the
+#: daily closes of the CSI 300 price index (000300.SH) as China Securities Index Co. publishes them (close
+#: to close), and its point-in-time constituent history (the names replaced at each June / December
+#: review, CSI's review announcements).
+REAL_CSI300 = {
+    "annual_volatility": 0.194,
+    "excess_kurtosis": 4.9,
+    "abs_autocorr_1": 0.16,
+    "abs_autocorr_5": 0.12,
+    "abs_autocorr_20": 0.08,
+    "max_drawdown": -0.46,
+    "large_day_share": 0.0041,
+    "review_changes_mean": 19.0,
+}
+#: Each band is the real value widened by how far one 8-year window of the default market's process
+#: wanders: [real - (median - 10th percentile), real + (90th percentile - median)] of the fact over seeds
+#: 1..19 and 42 (benchmarks/bench_synthetic.py --facts-seeds 20; table in benchmarks/README.md). Review
+#: turnover varies little between draws; its band is the 10-30 names per review the index is meant to have.
+BANDS = {
+    "annual_volatility": (0.167, 0.251),
+    "excess_kurtosis": (3.86, 7.71),
+    "abs_autocorr_1": (0.108, 0.223),
+    "abs_autocorr_5": (0.072, 0.155),
+    "abs_autocorr_20": (0.021, 0.146),
+    "max_drawdown": (-0.569, -0.311),
+    "large_day_share": (0.0011, 0.0121),
+    "review_changes_mean": (12.0, 26.0),
+}
+
+
+def _outside_bands(facts: dict[str, float]) -> dict[str, tuple[float, tuple[float, float]]]:
+    return {name: (facts[name], band) for name, band in BANDS.items() if not band[0] <= facts[name] <= band[1]}
+
+
+def test_the_default_market_has_the_real_index_stylized_facts(default_market) -> None:
+    facts = stylized_facts(default_market.panel)
+    assert not _outside_bands(facts), _outside_bands(facts)
+    assert all(BANDS[name][0] <= real <= BANDS[name][1] for name, real in REAL_CSI300.items())
+    # every June and December review of 2018-2025 replaces names, each within the CSI rule's 10% cap
+    assert facts["reviews"] == 16
+    assert 5 <= facts["review_changes_min"] and facts["review_changes_max"] <= 30
+
+
+@pytest.mark.slow
+def test_the_market_process_has_the_real_stylized_facts_across_seeds() -> None:
+    """The median over ten draws of the process falls in every band: the calibration, not seed 42's luck."""
+    facts = pd.DataFrame([stylized_facts(simulate_market(SyntheticMarketConfig(seed=s)).panel) for s in range(1, 11)])
+    median = facts.median().to_dict()
+    assert not _outside_bands(median), _outside_bands(median)
+    # and the draws differ: the bands are about sampling spread, not a fixed outcome
+    assert facts["annual_volatility"].max() - facts["annual_volatility"].min() > 0.03

@@ -243,13 +243,18 @@ def test_a_clean_registry_passes_the_default_audit_and_reports_its_coverage(pane
 
 def test_the_engine_audits_the_test_period_in_every_position_it_holds(tiny_panel):
     schedule = RollingSchedule(retrain_every=20, train_window=100, valid_days=10, embargo=2, test_start="2022-07-01")
-    cutoffs = engine._audit_cutoffs(tiny_panel, schedule, 3)
     start, end = schedule.test_period(pd.DatetimeIndex(tiny_panel.index.get_level_values(0).unique()))
-    assert all(start <= c <= end for c in cutoffs)
     held = cutoff_situations(tiny_panel).loc[start:end].iloc[:-AUDIT_HORIZON].any()
-    report = audit_features(tiny_panel, FeatureSetSpec(name="small", indicators=("ret_5d", "vol_20d")), cutoffs)
-    assert report.passed and set(report.covered) == set(held.index[held])
-    assert len(report.cutoffs) >= 3
+    held = set(held.index[held])
+    spec = FeatureSetSpec(name="small", indicators=("ret_5d", "vol_20d"))
+    # Half a year holds one reconstitution, its eve, five month ends, ...: a budget of four lone cutoffs
+    # covers them all; three cover all but one, and the report names the one it missed.
+    full = audit_features(tiny_panel, spec, engine._audit_cutoffs(tiny_panel, schedule, 4))
+    assert full.passed and set(full.covered) == held and full.uncovered == ()
+    assert all(start <= c <= end for c in full.cutoffs) and len(full.cutoffs) >= 4
+    tight = audit_features(tiny_panel, spec, engine._audit_cutoffs(tiny_panel, schedule, 3))
+    assert tight.passed and set(tight.covered) | set(tight.uncovered) == held
+    assert len(tight.uncovered) <= 1 and all(name in tight.summary() for name in tight.uncovered)
 
 
 def test_cutoffs_are_chosen_within_the_budget_and_never_on_the_last_day(panel):
