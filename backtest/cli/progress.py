@@ -48,7 +48,9 @@ class FoldProgress:
                     exc,
                 )
         ic = outcome.metrics.get("rank_ic", float("nan"))
-        self.bar.set_postfix_str(f"rank IC {ic:+.3f}" + (" (resumed)" if outcome.resumed else ""))
+        # NaN: no test day of the fold has a known label yet (the last fold, whose labels run past the data)
+        shown = f"rank IC {ic:+.3f}" if ic == ic else "rank IC n/a"
+        self.bar.set_postfix_str(shown + (" (resumed)" if outcome.resumed else ""))
         self.bar.update(1)
 
     def close(self) -> None:
