@@ -16,12 +16,10 @@ It also checks that the read gives the source's prices back. Where pyqlib is imp
 
 from __future__ import annotations
 
-import argparse
-import logging
-import statistics
+import os
+import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -29,32 +27,13 @@ import pandas as pd
 
 from backtest.data.loaders import read_panel
 from backtest.data.qlib import read_qlib, write_qlib
-from backtest.data.synthetic import SyntheticMarketConfig, generate_market
 
-
-def _median_time(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
-    times, out = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+sys.path.insert(0, os.path.dirname(__file__))
+from bench_tushare import median_time, sized_market
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--n-stocks", type=int, default=460)
-    parser.add_argument("--start", default="2018-01-01")
-    parser.add_argument("--end", default="2025-12-31")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
-
-    panel = generate_market(
-        SyntheticMarketConfig(
-            n_stocks=args.n_stocks, n_members=min(300, args.n_stocks * 2 // 3), start=args.start, end=args.end
-        )
-    )
+    args, panel = sized_market(repeat=5)
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
         t0 = time.perf_counter()
@@ -64,10 +43,10 @@ def main() -> None:
         size = sum(p.stat().st_size for p in files) / 2**20
         rows = {}
         for market in ("csi300", "all"):
-            seconds, read = _median_time(lambda m=market: read_qlib(root / "cn_data", market=m), args.repeat)
+            seconds, read = median_time(lambda m=market: read_qlib(root / "cn_data", market=m), args.repeat)
             read.to_parquet(root / f"{market}.parquet")
-            io_s, _ = _median_time(lambda m=market: pd.read_parquet(root / f"{m}.parquet"), args.repeat)
-            base_s, _ = _median_time(lambda m=market: read_panel(root / f"{m}.parquet"), args.repeat)
+            io_s, _ = median_time(lambda m=market: pd.read_parquet(root / f"{m}.parquet"), args.repeat)
+            base_s, _ = median_time(lambda m=market: read_panel(root / f"{m}.parquet"), args.repeat)
             rows[market] = (seconds, io_s, base_s, read)
         pyqlib = _pyqlib_seconds(root / "cn_data", args.repeat)
 
@@ -116,7 +95,7 @@ def _pyqlib_seconds(provider: Path, repeat: int) -> tuple[float, float, int] | N
     qlib.init(provider_uri=str(provider), region="cn", kernels=1, expression_cache=None, dataset_cache=None)
     init_s = time.perf_counter() - t0
     fields = ["$open", "$high", "$low", "$close", "$volume", "$amount", "$factor"]
-    seconds, frame = _median_time(lambda: D.features(D.instruments("csi300"), fields), repeat)
+    seconds, frame = median_time(lambda: D.features(D.instruments("csi300"), fields), repeat)
     return init_s, seconds, len(frame)
 
 

@@ -30,7 +30,8 @@ from backtest.data.synthetic import SyntheticMarketConfig, generate_market
 from backtest.data.tushare import import_tushare, panel_to_tushare
 
 
-def _median_time(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
+def median_time(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
+    """The median wall time of ``repeat`` calls of ``fn``, and its last result."""
     times, out = [], None
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -39,20 +40,23 @@ def _median_time(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
     return statistics.median(times), out
 
 
-def main() -> None:
+def sized_market(repeat: int) -> tuple[argparse.Namespace, pd.DataFrame]:
+    """Parse ``--repeat --n-stocks --start --end`` and generate that synthetic market (the default's size)."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=repeat)
     parser.add_argument("--n-stocks", type=int, default=460)
     parser.add_argument("--start", default="2018-01-01")
     parser.add_argument("--end", default="2025-12-31")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-
-    panel = generate_market(
-        SyntheticMarketConfig(
-            n_stocks=args.n_stocks, n_members=min(300, args.n_stocks * 2 // 3), start=args.start, end=args.end
-        )
+    config = SyntheticMarketConfig(
+        n_stocks=args.n_stocks, n_members=min(300, args.n_stocks * 2 // 3), start=args.start, end=args.end
     )
+    return args, generate_market(config)
+
+
+def main() -> None:
+    args, panel = sized_market(repeat=3)
     tables = panel_to_tushare(panel)
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
@@ -64,10 +68,10 @@ def main() -> None:
         panel.to_parquet(root / "panel.parquet")
         size = {name: sum(p.stat().st_size for p in (root / name).iterdir()) / 2**20 for name in ("pq", "csv")}
 
-        io_s, _ = _median_time(lambda: pd.read_parquet(root / "panel.parquet"), args.repeat)
-        base_s, _ = _median_time(lambda: read_panel(root / "panel.parquet"), args.repeat)
-        pq_s, imported = _median_time(lambda: import_tushare(root / "pq"), args.repeat)
-        csv_s, _ = _median_time(lambda: import_tushare(root / "csv"), args.repeat)
+        io_s, _ = median_time(lambda: pd.read_parquet(root / "panel.parquet"), args.repeat)
+        base_s, _ = median_time(lambda: read_panel(root / "panel.parquet"), args.repeat)
+        pq_s, imported = median_time(lambda: import_tushare(root / "pq"), args.repeat)
+        csv_s, _ = median_time(lambda: import_tushare(root / "csv"), args.repeat)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     assert isinstance(imported, pd.DataFrame) and imported.index.equals(panel.index)
