@@ -184,9 +184,11 @@ def main() -> None:
     if not results:
         sys.exit("no market seed finished: nothing to summarise")
     head = summarise(results)
-    head.update(wall_s=time.perf_counter() - started, workers=args.workers, threads=args.threads, overrides=overrides)
+    if args.summarise is None:  # how the seeds ran (a summary of JSONL files knows only the seeds' own walls)
+        head.update(wall_s=time.perf_counter() - started, workers=args.workers, threads=args.threads)
+        head["overrides"] = overrides
     print()
-    print(f"{head['n_market_seeds']} market seeds, {head['test_days']} test days, {head['wall_s']:.0f} s wall")
+    print(f"{head['n_market_seeds']} market seeds, {head['test_days']} test days")
     for comparison, (key, counted) in RATES.items():
         print(
             f"{key:<32} {head[key]:.3f} [{head[f'{key}_ci_low']:.3f}, {head[f'{key}_ci_high']:.3f}] "
