@@ -42,6 +42,7 @@ import pandas as pd
 
 from backtest import PROJECT_DIR
 from backtest.errors import BacktestError, ConfigError, TrackingError
+from backtest.research_log import claim_table
 from backtest.statistics import COMPARISON_STATISTICS
 from backtest.tracking import ARTIFACTS, TrackedRun, Tracker, git_state
 
@@ -622,7 +623,24 @@ def digest(directory: Path | str) -> str:
             f"N = {summary['n_trials']} for the DSR, {pbo}{verdicts}; report: [{folder.name}/"
             f"{STUDY_REPORT_FILES['markdown']}]({folder.name}/{STUDY_REPORT_FILES['markdown']})"
         )
-    return "\n".join(lines + [""] + notes)
+    head = claim_table(directory)
+    claims = (
+        ["## The research log's claims", "", head, "", CLAIM_NOTE, "", "## Every trial", ""]
+        if len(head.splitlines()) > 2
+        else []
+    )
+    return "\n".join(claims + lines + [""] + notes)
+
+
+#: What the claim table's numbers are (written under it in the digest).
+CLAIM_NOTE = (
+    "One row per claim of the research log that a study reproduces (backtest/research_log.py): the verdict on "
+    "the study's primary statistic (the paired daily rank-IC difference from the baseline, Newey-West s.e., "
+    "Holm over the study's trials and beyond the seed spread), the effect ± its s.e., the minimum detectable "
+    "difference at 80% power (MDE), and whether the synthetic market's planted truth agrees where it knows. "
+    "How often such verdicts are right: [calibration/](calibration/) and benchmarks/README.md, "
+    '"Study calibration".'
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
