@@ -14,8 +14,9 @@ Choosing and fitting read the label of exactly the rows the model trains and val
 cutoff and :func:`backtest.leakage.check_fold` checked): a baseline never sees a label that ends after
 its fold's cutoff, and with the purge switched off (a leak demonstration) it leaks exactly as the
 model does. Their metrics are logged as ``baseline_<name>_<metric>`` (:data:`BASELINE_METRICS`), with
-the model's difference from the best factor (``model_minus_factor_*``): Sharpe with a paired
-block-bootstrap interval, rank IC with its Newey-West standard error.
+the model's difference from the best factor and from the linear ranker (``model_minus_factor_*``,
+``model_minus_linear_*``): Sharpe with a paired block-bootstrap interval, rank IC with its Newey-West
+standard error.
 
 ::
 
@@ -301,7 +302,7 @@ class Baselines:
 
     runs: dict[str, BaselineRun]
     choices: pd.DataFrame  # one row per fold: feature, sign, train_rank_ic (the factor baseline)
-    metrics: dict[str, float]  # baseline_<name>_<metric> and model_minus_factor_*
+    metrics: dict[str, float]  # baseline_<name>_<metric> and model_minus_<factor|linear>_*
     seconds: float
 
 
@@ -384,7 +385,8 @@ def run_baselines(
         baseline_equal_weight_ann_return=ann_return(benchmark),
         baseline_equal_weight_sharpe_ex_best_month=sharpe(drop_best_months(benchmark, 1)),
     )
-    metrics.update(model_minus(runs["factor"], model, model_scores, labels, seed=seed, lags=lags, name="factor"))
+    for name in VERDICT_BASELINES:
+        metrics.update(model_minus(runs[name], model, model_scores, labels, seed=seed, lags=lags, name=name))
     seconds = time.perf_counter() - t0
     log.info(
         "baselines: best factor rank IC %+.4f, linear %+.4f (%.1f s)",
@@ -468,23 +470,35 @@ def comparison_table(metrics: Mapping[str, float]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("")
 
 
-def factor_verdict(metrics: Mapping[str, float]) -> str:
-    """One line: the model's rank IC and Sharpe less the best factor's, and whether the rank IC
-    difference is more than two standard errors from zero (empty when the run has no baselines)."""
-    if "model_minus_factor_rank_ic" not in metrics:
+#: the baselines the model's difference is measured against (``model_minus_<name>_*``), in the order the
+#: summary gives their verdicts, with the words each verdict uses
+VERDICT_BASELINES: dict[str, str] = {"factor": "best factor", "linear": "linear ranker"}
+
+
+def baseline_verdict(metrics: Mapping[str, float], name: str = "factor") -> str:
+    """One line: the model's rank IC and Sharpe less the baseline ``name``'s (:data:`VERDICT_BASELINES`),
+    and whether the rank IC difference is more than two standard errors from zero (empty when the run
+    has no such difference)."""
+    if f"model_minus_{name}_rank_ic" not in metrics:
         return ""
-    d, se = metrics["model_minus_factor_rank_ic"], metrics.get("model_minus_factor_rank_ic_se", float("nan"))
+    what = VERDICT_BASELINES[name]
+    d, se = metrics[f"model_minus_{name}_rank_ic"], metrics.get(f"model_minus_{name}_rank_ic_se", float("nan"))
     if not (np.isfinite(d) and np.isfinite(se) and se > 0):
         word = "undetermined"
     elif d > 2 * se:
-        word = "the model beats the best factor"
+        word = f"the model beats the {what}"
     elif d < -2 * se:
-        word = "the model LOSES to the best factor"
+        word = f"the model LOSES to the {what}"
     else:
-        word = "no detectable difference from the best factor"
+        word = f"no detectable difference from the {what}"
     nan = float("nan")
-    sharpe_diff = [metrics.get(f"model_minus_factor_sharpe{s}", nan) for s in ("", "_ci_low", "_ci_high")]
+    sharpe_diff = [metrics.get(f"model_minus_{name}_sharpe{s}", nan) for s in ("", "_ci_low", "_ci_high")]
     return (
-        f"model - best factor: rank IC {d:+.4f} (s.e. {se:.4f}; {word}), Sharpe {sharpe_diff[0]:+.2f} "
+        f"model - {what}: rank IC {d:+.4f} (s.e. {se:.4f}; {word}), Sharpe {sharpe_diff[0]:+.2f} "
         f"[{sharpe_diff[1]:+.2f}, {sharpe_diff[2]:+.2f}] (paired block bootstrap, 95%)"
     )
+
+
+def baseline_verdicts(metrics: Mapping[str, float]) -> list[str]:
+    """:func:`baseline_verdict` against each of :data:`VERDICT_BASELINES` the run has."""
+    return [line for line in (baseline_verdict(metrics, name) for name in VERDICT_BASELINES) if line]

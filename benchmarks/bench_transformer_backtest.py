@@ -100,6 +100,8 @@ METRICS = (
     "baseline_linear_rank_ic_se",
     "model_minus_factor_rank_ic",
     "model_minus_factor_rank_ic_se",
+    "model_minus_linear_rank_ic",
+    "model_minus_linear_rank_ic_se",
     "baseline_factor_sharpe",
     "baseline_linear_sharpe",
 )
@@ -148,6 +150,8 @@ def run_model(
                 "device": fit.get("device"),
             }
         )
+        if args.history:  # the fold's per-epoch curves (a StockTransformer's; none for a booster)
+            folds[-1]["history"] = list(getattr(made[-1], "history", []) or [])
         last[0] = now
         print(
             f"  fold {outcome.fold + 1:>2}/{n_folds}: {folds[-1]['fit_predict_s']:6.2f} s, rank IC "
@@ -185,7 +189,31 @@ def run_model(
         "n_features": len(result.feature_names),
         "ndcg_depth": result.ndcg_depth,
         "model_config": parts["config"]["model"],
+        # the daily series behind rank_ic_mean and ndcg, and the linear baseline's daily rank IC: runs of
+        # this script compare on them day by day (benchmarks/paired_runs.py)
+        "daily": {
+            "date": [f"{d:%Y-%m-%d}" for d in result.daily_ranking.index],
+            "rank_ic": result.daily_ranking["rank_ic"].tolist(),
+            "ndcg": result.daily_ranking["ndcg"].tolist(),
+            **_baseline_daily_rank_ic(result),
+        },
     }
+
+
+def _baseline_daily_rank_ic(result: Any) -> dict[str, list[float]]:
+    """The baselines' daily rank IC on the model's scored days (NaN where a baseline has none)."""
+    from backtest.metrics import daily_ic
+
+    if result.baselines is None:
+        return {}
+    fwd = result.labels.fwd_return
+    days = result.daily_ranking.index
+    out = {}
+    for name, run in result.baselines.runs.items():
+        known = fwd.reindex(run.scores.index).notna()
+        ic = daily_ic(run.scores[known], fwd.reindex(run.scores.index)[known], "spearman")
+        out[f"baseline_{name}_rank_ic"] = ic.reindex(days).tolist()
+    return out
 
 
 def report(res: dict[str, Any]) -> None:
@@ -224,6 +252,9 @@ def main() -> None:
         help="config overrides, e.g. model.training.compile=default (model.* keys apply to the first model only)",
     )
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    parser.add_argument(
+        "--history", action="store_true", help="also write each fold's per-epoch training history (with --out)"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 

@@ -158,10 +158,10 @@ def check_label_processing(ranker: object, processing: str) -> None:
     Traceback (most recent call last):
     ...
     backtest.errors.ConfigError: LevelsOnly cannot learn from label.processing=raw: expected one of bins, three_class, received raw.
-      fix: label=default (bins) or label=three_class, or model=stock_transformer
+      fix: label=default (bins) or label=three_class, or model=linear or model=stock_transformer
     """
     cls = ranker if isinstance(ranker, type) else type(ranker)
-    accepted = getattr(cls, "accepted_labels", None)
+    accepted = getattr(ranker, "accepted_labels", None)  # an instance's own (an ensemble's: its members')
     if accepted is None:
         raise ConfigError(
             f"{cls.__name__}: expected a ranker declaring accepted_labels (the label processings it can "
@@ -177,7 +177,7 @@ def check_label_processing(ranker: object, processing: str) -> None:
         return
     raise ConfigError(
         f"{cls.__name__} cannot learn from label.processing={processing}: expected one of "
-        f"{', '.join(sorted(accepted))}, received {processing}.\n  fix: {label_processing_fix(cls, processing)}"
+        f"{', '.join(sorted(accepted))}, received {processing}.\n  fix: {label_processing_fix(ranker, processing)}"
     )
 
 
@@ -185,7 +185,7 @@ def label_processing_fix(ranker: object, processing: str) -> str:
     """The ``fix:`` advice for a ``processing`` the ranker refuses: the label choices it accepts, then
     the models (:func:`model_families`) that accept ``processing``."""
     cls = ranker if isinstance(ranker, type) else type(ranker)
-    accepted = getattr(cls, "accepted_labels", frozenset())
+    accepted = getattr(ranker, "accepted_labels", frozenset())
     labels = " or ".join(_label_choice(p) for p in PROCESSINGS if p in accepted)
     models = [
         name
@@ -232,7 +232,7 @@ def model_families() -> dict[str, str]:
     vocabulary); the others are ablation variants of one of them and accept the labels it accepts.
 
     >>> sorted(model_families())
-    ['lambdarank', 'stock_transformer']
+    ['ensemble', 'lambdarank', 'linear', 'stock_transformer']
     """
     group = _config_group("model")
     return {name: target for name, target in model_configs().items() if "_target_" in group[name]}

@@ -28,6 +28,7 @@ from typing import Any, Self
 import numpy as np
 import pandas as pd
 import torch
+from scipy.stats import rankdata
 
 from backtest.errors import ConfigError, DataContractError, preview
 from backtest.labels import PROCESSINGS
@@ -178,6 +179,10 @@ class DayBatches:
     def n_days(self) -> int:
         return int(self.date_pos.shape[0])
 
+    def take(self, days: torch.Tensor) -> DayBatches:
+        """The batches of these days (positions along the day axis)."""
+        return replace(self, date_pos=self.date_pos[days], code_pos=self.code_pos[days], relevance=self.relevance[days])
+
     def batch(self, days: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x (days, stocks, window, features), mask (days, stocks), relevance (days, stocks)."""
         x, mask = window_view(self.wide, self.date_pos[days], window, code_positions=self.code_pos[days])
@@ -198,7 +203,10 @@ class StockTransformerRanker(RankerBase):
     Attributes
     ----------
     network : the fitted :class:`StockTransformer` (None before ``fit``).
-    history : per-epoch ``{"epoch", "train_loss", "valid_<metric>", "seconds"}`` of the latest fit.
+    history : per-epoch records of the latest fit: ``epoch``, ``train_loss`` (mean over the epoch's
+        steps), ``grad_norm`` (mean global gradient norm before clipping), ``learning_rate`` (at the
+        epoch's end), ``train_rank_ic`` (on :data:`TRAIN_PROBE_DAYS` evenly spaced training days, in eval
+        mode), ``valid_<metric>`` (and ``valid_rank_ic``) with a validation set, and ``seconds``.
     last_fit : ``{"best_epoch", "best_score", "epochs", "seconds", "device", "precision"}``.
     """
 
@@ -301,6 +309,7 @@ class StockTransformerRanker(RankerBase):
                 t0 = time.perf_counter()
                 network.train()
                 total = torch.zeros((), device=device)
+                grad_norm = torch.zeros((), device=device)
                 # the epoch's day order goes to the device once: no host-to-device copy per step
                 for days in torch.randperm(tr.n_days, generator=order_rng).to(device).split(cfg.days_per_step):
                     x, mask, rel = tr.batch(days, arch.window)
@@ -309,16 +318,26 @@ class StockTransformerRanker(RankerBase):
                     loss = self._loss(scores, rel, mask, order_rng, tr.levels) + cfg.aux_loss_weight * aux.float()
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
-                    if cfg.grad_clip > 0:
-                        torch.nn.utils.clip_grad_norm_(network.parameters(), cfg.grad_clip)
+                    # the global norm before clipping (inf: measured, not clipped)
+                    norm = torch.nn.utils.clip_grad_norm_(network.parameters(), cfg.grad_clip or math.inf)
                     optimizer.step()
                     schedule.step()
                     total += loss.detach()
-                record = {"epoch": epoch, "train_loss": float(total) / steps_per_epoch}
+                    grad_norm += norm.detach()
+                record = {
+                    "epoch": epoch,
+                    "train_loss": float(total) / steps_per_epoch,
+                    "grad_norm": float(grad_norm) / steps_per_epoch,
+                    "learning_rate": float(schedule.get_last_lr()[0]),
+                }
+                probe = _probe_days(tr.n_days)
+                record["train_rank_ic"] = _mean_rank_ic(self._scores(network, forward, tr.take(probe)), tr.take(probe))
                 if va is not None:
                     assert valid is not None
                     score = self._score(valid, self._scores(network, forward, va))
                     record[f"valid_{cfg.early_stopping_metric}"] = score
+                    if cfg.early_stopping_metric != "rank_ic":
+                        record["valid_rank_ic"] = _mean_rank_ic(self._scores(network, forward, va), va)
                     if score > best_score:
                         best_score, best_epoch = score, epoch
                         best_state = copy.deepcopy(network.state_dict())
@@ -486,6 +505,27 @@ class StockTransformerRanker(RankerBase):
         if self.training.early_stopping_metric == "rank_ic":
             return float(daily_ic(scores, relevance, "spearman").mean())
         return ndcg_at_k(scores, relevance, k=self.ndcg_depth, gain=self.ndcg_gain)
+
+
+#: training days whose rank IC is recorded each epoch (``train_rank_ic``), evenly spaced over the window
+TRAIN_PROBE_DAYS = 64
+
+
+def _probe_days(n_days: int) -> torch.Tensor:
+    return torch.from_numpy(np.unique(np.linspace(0, n_days - 1, min(n_days, TRAIN_PROBE_DAYS)).round().astype(np.int64)))
+
+
+def _mean_rank_ic(day_scores: np.ndarray, days: DayBatches) -> float:
+    """Mean over days of the Spearman correlation of the scores with the target, on each day's real
+    stocks (ties averaged); days with fewer than 3 stocks or a constant target are left out."""
+    mask = (days.code_pos >= 0).cpu().numpy()
+    target = days.relevance.cpu().numpy()
+    ics = []
+    for s, t, m in zip(day_scores, target, mask):
+        if m.sum() < 3 or np.ptp(t[m]) == 0 or np.ptp(s[m]) == 0:
+            continue
+        ics.append(np.corrcoef(rankdata(s[m]), rankdata(t[m]))[0, 1])
+    return float(np.mean(ics)) if ics else math.nan
 
 
 def _param_groups(network: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:

@@ -155,13 +155,14 @@ def test_every_run_reports_its_baselines_from_their_own_scores(tiny_panel) -> No
         # scored on exactly the model's decision rows
         pd.testing.assert_index_equal(run.scores.index, result.scores.index)
     assert m["baseline_equal_weight_sharpe"] == pytest.approx(m["benchmark_sharpe"])
-    assert m["model_minus_factor_sharpe"] == pytest.approx(m["sharpe"] - m["baseline_factor_sharpe"])
-    low, high = m["model_minus_factor_sharpe_ci_low"], m["model_minus_factor_sharpe_ci_high"]
-    assert low < m["model_minus_factor_sharpe"] < high
-    assert m["model_minus_factor_rank_ic"] == pytest.approx(
-        m["rank_ic_mean"] - m["baseline_factor_rank_ic_mean"], abs=2e-3
-    )
-    assert 0 < m["model_minus_factor_rank_ic_se"] < 0.1
+    for name in ("factor", "linear"):
+        assert m[f"model_minus_{name}_sharpe"] == pytest.approx(m["sharpe"] - m[f"baseline_{name}_sharpe"])
+        low, high = m[f"model_minus_{name}_sharpe_ci_low"], m[f"model_minus_{name}_sharpe_ci_high"]
+        assert low < m[f"model_minus_{name}_sharpe"] < high
+        assert m[f"model_minus_{name}_rank_ic"] == pytest.approx(
+            m["rank_ic_mean"] - m[f"baseline_{name}_rank_ic_mean"], abs=2e-3
+        )
+        assert 0 < m[f"model_minus_{name}_rank_ic_se"] < 0.1
     assert len(base.choices) == m["n_folds"] and set(base.choices["feature"]) <= set(result.feature_names)
 
 
@@ -190,7 +191,7 @@ def test_the_oracle_bounds_what_a_model_captures(tiny_market) -> None:
 
 
 def test_the_comparison_reads_the_runs_metrics_and_says_what_the_difference_means() -> None:
-    from backtest.baselines import comparison_table, factor_verdict
+    from backtest.baselines import baseline_verdict, baseline_verdicts, comparison_table
     from backtest.reports.summary import baseline_lines
     from backtest.reports.tearsheet import RunEvidence, robustness_html
 
@@ -217,12 +218,15 @@ def test_the_comparison_reads_the_runs_metrics_and_says_what_the_difference_mean
     rows = ["model", "best single factor", "equal weight", "oracle (planted observable components)"]
     assert list(table.index) == rows  # no linear baseline in these metrics: no row
     assert table.loc["best single factor", "rank IC"] == 0.039 and table.loc["model", "s.e."] == 0.0044
-    assert "no detectable difference" in factor_verdict(m)  # 0.007 is 1.5 standard errors
-    assert "beats" in factor_verdict({**m, "model_minus_factor_rank_ic": 0.010})  # 2.1 standard errors
-    assert "LOSES" in factor_verdict({**m, "model_minus_factor_rank_ic": -0.010})
+    assert "no detectable difference from the best factor" in baseline_verdict(m)  # 0.007 is 1.5 s.e.
+    assert "beats" in baseline_verdict({**m, "model_minus_factor_rank_ic": 0.010})  # 2.1 standard errors
+    assert "LOSES" in baseline_verdict({**m, "model_minus_factor_rank_ic": -0.010})
+    linear = {**m, "model_minus_linear_rank_ic": -0.012, "model_minus_linear_rank_ic_se": 0.004}
+    assert len(baseline_verdicts(m)) == 1  # no linear difference recorded: no line for it
+    assert baseline_verdicts(linear)[1].startswith("model - linear ranker: rank IC -0.0120 (s.e. 0.0040; the model LOSES")
     text = "\n".join(baseline_lines(m))
     assert "+0.0390 (0.0045)" in text and "signal capture  19.8%" in text
     page = robustness_html(RunEvidence(metrics=m, leak_guard="passed", feature_audit="passed", comparable=True))
     assert "<td>best single factor</td><td>+0.0390</td><td>0.0045</td><td>1.58</td><td>1.25</td>" in page
     assert "signal capture 19.8% of the oracle" in page
-    assert baseline_lines({"sharpe": 1.0}) == [] and factor_verdict({}) == ""  # a run without baselines
+    assert baseline_lines({"sharpe": 1.0}) == [] and baseline_verdicts({}) == []  # a run without baselines

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from backtest.baselines import comparison_table, factor_verdict
+from backtest.baselines import baseline_verdicts, comparison_table
 from backtest.reports.tearsheet import PERCENT_ROWS, tearsheet_metrics
 
 #: Rows of the tearsheet table shown in the summary, with the label printed for each.
@@ -136,9 +136,7 @@ def baseline_lines(metrics: Mapping[str, float]) -> list[str]:
         cells = [f"{row[c]:+.2f}" if math.isfinite(row[c]) else "" for c in ("Sharpe", "Sharpe ex best month")]
         ic = f"{row['rank IC']:+.4f}" if math.isfinite(row["rank IC"]) else ""
         out.append(f"{label:40}{ic:>9}{se:>9}{cells[0]:>8}{cells[1]:>12}".rstrip())
-    verdict = factor_verdict(metrics)
-    if verdict:
-        out.append(verdict)
+    out.extend(baseline_verdicts(metrics))
     if "signal_capture" in metrics:
         out.append(
             f"signal capture  {metrics['signal_capture']:.1%} of the oracle's rank IC (an upper bound from "

@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 
 from backtest import metrics
-from backtest.baselines import comparison_table, factor_verdict
+from backtest.baselines import baseline_verdicts, comparison_table
 from backtest.portfolio import DEFAULT_TOP_K
 from backtest.reports.returns import check_daily_returns
 from backtest.reports.tables import page_head
@@ -287,7 +287,7 @@ def robustness_html(
             f"<td>{_fmt(row['Sharpe ex best month'], '.2f')}</td></tr>"
             for label, row in baselines.iterrows()
         )
-        verdict = html.escape(factor_verdict(m))
+        verdict = "<br>".join(html.escape(line) for line in baseline_verdicts(m))
         capture = f"; signal capture {_fmt(m['signal_capture'], '.1%')} of the oracle" if "signal_capture" in m else ""
         against = (
             "<table><thead><tr><th>Same folds and costs</th><th>rank IC</th><th>s.e.</th><th>Sharpe</th>"

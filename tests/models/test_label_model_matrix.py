@@ -52,6 +52,12 @@ SMALL = {
         "model.training.num_threads=1",
         "model.training.days_per_step=32",
     ],
+    "linear": [],
+    "ensemble": [
+        "model.members.lambdarank.config.num_boost_round=30",
+        "model.members.lambdarank.config.min_data_in_leaf=40",
+        "model.members.lambdarank.config.num_threads=1",
+    ],
 }
 
 
@@ -83,7 +89,7 @@ def _run_cell(panel, cfg) -> dict[str, object]:
         "headline_rank_ic": result.metrics["rank_ic_mean"],
         "n_folds": result.metrics["n_folds"],
         "ndcg": result.fold_metrics.filter(like="ndcg").iloc[0].to_dict(),
-        "ndcg_depth": ranker.ndcg_depth,
+        "ndcg_depth": getattr(ranker, "ndcg_depth", None),
         "ndcg_gain": ranker.ndcg_gain,
         "seconds": time.perf_counter() - t0,
     }
@@ -141,8 +147,11 @@ def test_every_label_option_with_every_model(tiny_panel, compose_config) -> None
     status = {key: cell["status"] for key, cell in cells.items()}
     assert status[("raw", "lambdarank")] == status[("rank", "lambdarank")] == "refused"
     assert status[("default", "lambdarank")] == status[("three_class", "lambdarank")] == "ran"
-    assert all(status[(label, "stock_transformer")] == "ran" for label in LABELS)
+    assert all(status[(label, "stock_transformer")] == status[(label, "linear")] == "ran" for label in LABELS)
     assert "model=stock_transformer" in cells[("raw", "lambdarank")]["message"]
+    # an ensemble accepts what all its members accept: the default one holds a LambdaRank
+    assert all(status[(label, "ensemble")] == status[(label, "lambdarank")] for label in LABELS)
+    assert "EnsembleRanker cannot learn" in cells[("raw", "ensemble")]["message"]
 
 
 def test_the_fix_lines_name_the_config_options_of_conf(compose_config) -> None:
@@ -179,7 +188,8 @@ def test_a_new_config_file_is_in_the_fix_line_without_a_code_change(tmp_path, mo
     with pytest.raises(ConfigError) as refusal:
         check_label_processing(LambdaRankRanker, "raw")
     assert str(refusal.value).endswith(
-        "fix: label=deciles (bins) or label=default (bins) or label=three_class, or model=stock_transformer"
+        "fix: label=deciles (bins) or label=default (bins) or label=three_class, or model=linear or "
+        "model=stock_transformer"
     )
     monkeypatch.setattr(backtest, "PROJECT_DIR", tmp_path / "elsewhere")  # no conf/: the fix names the setting
     with pytest.raises(ConfigError, match="fix: label.processing=bins or label.processing=three_class$"):

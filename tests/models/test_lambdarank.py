@@ -446,7 +446,7 @@ def test_user_mistakes_get_clear_errors(make_ranking_data: Factory) -> None:
         ConfigError,
         match=r"expected integer relevance levels.*received a float64 target(.|\n)*"
         r"fix: label=default \(bins\) or label=three_class, "
-        r"or model=stock_transformer",
+        r"or model=linear or model=stock_transformer",
     ):
         LambdaRankRanker().fit(raw)
     with pytest.raises(ConfigError, match="integer relevance levels"):

@@ -190,7 +190,7 @@ def test_a_refused_label_names_what_was_expected_received_and_the_fix() -> None:
         check_label_processing(LambdaRankRanker(), "raw")
     assert str(refusal.value) == (
         "LambdaRankRanker cannot learn from label.processing=raw: expected one of bins, three_class, received raw.\n"
-        "  fix: label=default (bins) or label=three_class, or model=stock_transformer"
+        "  fix: label=default (bins) or label=three_class, or model=linear or model=stock_transformer"
     )
     with pytest.raises(ConfigError, match="expected one of raw, rank, bins, three_class, received 'ranks'"):
         check_label_processing(StockTransformerRanker, "ranks")
