@@ -90,4 +90,26 @@ def ranknet_loss(scores: torch.Tensor, relevance: torch.Tensor, mask: torch.Tens
     return _day_mean(per_day, better.flatten(1))
 
 
-LOSSES = {"listnet": listnet_loss, "listmle": listmle_loss, "ranknet": ranknet_loss}
+def _day_zscore(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``values`` standardised over each day's real stocks (0 where masked or on a constant day)."""
+    m = mask.float()
+    n = m.sum(dim=1, keepdim=True).clamp(min=1.0)
+    mean = (values * m).sum(dim=1, keepdim=True) / n
+    std = (((values - mean) * m) ** 2).sum(dim=1, keepdim=True).div(n).sqrt()
+    return ((values - mean) / std.clamp(min=1e-12)) * m
+
+
+def regression_loss(scores: torch.Tensor, relevance: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Pointwise regression within the day: mean squared difference between the day-centred scores and
+    the target's z-score over the day's real stocks (the linear baseline's objective, a ridge of the
+    target's daily rank, in a network's form). Reads the whole list, each stock once, symmetrically: a
+    stock at the bottom of the day counts as much as one at the top."""
+    s = scores.float()
+    m = mask.float()
+    n = m.sum(dim=1, keepdim=True).clamp(min=1.0)
+    centred = (s - (s * m).sum(dim=1, keepdim=True) / n) * m
+    per_day = ((centred - _day_zscore(relevance.float(), mask)) ** 2 * m).sum(dim=1) / n.squeeze(1)
+    return _day_mean(per_day, mask)
+
+
+LOSSES = {"listnet": listnet_loss, "listmle": listmle_loss, "ranknet": ranknet_loss, "regression": regression_loss}

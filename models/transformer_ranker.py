@@ -5,8 +5,9 @@ Samples come as a :class:`~models.data.RankingData`; its ``wide`` tensor (NaN re
 to the device) is the source of each batch's [day, stock, window, feature] view, gathered on the device
 a few days at a time (``days_per_step``), so the full 4-D array never exists.
 
-Training: AdamW, linear warmup then cosine decay, gradient clipping, a listwise loss on the label's
-target (every processing: integer relevance levels, or raw returns / percentile ranks), early stopping on
+Training: AdamW, linear warmup then cosine decay, gradient clipping, a ranking loss on the label's
+target (every processing: integer relevance levels, or raw returns / percentile ranks; by default the
+regression on the day's z-scored target, :func:`~models.ranking_losses.regression_loss`), early stopping on
 the validation tail (mean daily rank IC, or NDCG at ``ndcg_depth``), the best epoch's weights kept. Seeded:
 the same seed gives identical scores on CPU (deterministic algorithms are switched on for
 the duration of the fit; the global RNG state is restored afterwards).
@@ -52,7 +53,8 @@ class TransformerTrainingConfig:
 
     Parameters
     ----------
-    loss : ``"listnet"`` (softmax cross-entropy on relevance), ``"listmle"`` or ``"ranknet"`` (pairwise).
+    loss : ``"listnet"`` (softmax cross-entropy on relevance), ``"listmle"``, ``"ranknet"`` (pairwise) or
+        ``"regression"`` (the day's z-scored target, pointwise): :mod:`models.ranking_losses`.
     listnet_temperature : ListNet's target is ``softmax(relevance / temperature)`` for integer relevance
         levels (bins, three classes), and ``softmax(z / temperature)`` for a real-valued label (raw
         returns, percentile ranks), ``z`` its z-score within the day clipped to +-3: raw returns spread
@@ -79,7 +81,7 @@ class TransformerTrainingConfig:
     seed : seeds the weights, dropout and the day order.
     """
 
-    loss: str = "listnet"
+    loss: str = "regression"
     listnet_temperature: float = 1.0
     aux_loss_weight: float = 0.01
     learning_rate: float = 1e-3
@@ -512,7 +514,9 @@ TRAIN_PROBE_DAYS = 64
 
 
 def _probe_days(n_days: int) -> torch.Tensor:
-    return torch.from_numpy(np.unique(np.linspace(0, n_days - 1, min(n_days, TRAIN_PROBE_DAYS)).round().astype(np.int64)))
+    return torch.from_numpy(
+        np.unique(np.linspace(0, n_days - 1, min(n_days, TRAIN_PROBE_DAYS)).round().astype(np.int64))
+    )
 
 
 def _mean_rank_ic(day_scores: np.ndarray, days: DayBatches) -> float:

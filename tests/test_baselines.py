@@ -223,7 +223,9 @@ def test_the_comparison_reads_the_runs_metrics_and_says_what_the_difference_mean
     assert "LOSES" in baseline_verdict({**m, "model_minus_factor_rank_ic": -0.010})
     linear = {**m, "model_minus_linear_rank_ic": -0.012, "model_minus_linear_rank_ic_se": 0.004}
     assert len(baseline_verdicts(m)) == 1  # no linear difference recorded: no line for it
-    assert baseline_verdicts(linear)[1].startswith("model - linear ranker: rank IC -0.0120 (s.e. 0.0040; the model LOSES")
+    assert baseline_verdicts(linear)[1].startswith(
+        "model - linear ranker: rank IC -0.0120 (s.e. 0.0040; the model LOSES"
+    )
     text = "\n".join(baseline_lines(m))
     assert "+0.0390 (0.0045)" in text and "signal capture  19.8%" in text
     page = robustness_html(RunEvidence(metrics=m, leak_guard="passed", feature_audit="passed", comparable=True))

@@ -63,7 +63,9 @@ def test_rank_mean_averages_the_members_daily_percentiles(make_ranking_data: Fac
     np.testing.assert_allclose(model.predict(data), np.full(24, 0.625))  # (0.25 + 1.0) / 2 for every stock
     lopsided = EnsembleRanker({"up": Constant(alpha=1.0), "down": Constant(alpha=-1.0)})
     lopsided.weights = {"up": 0.75, "down": 0.25}
-    np.testing.assert_allclose(lopsided.predict(data)[:4], [0.75 * r + 0.25 * (1.25 - r) for r in (0.25, 0.5, 0.75, 1.0)])
+    np.testing.assert_allclose(
+        lopsided.predict(data)[:4], [0.75 * r + 0.25 * (1.25 - r) for r in (0.25, 0.5, 0.75, 1.0)]
+    )
 
 
 def test_daily_percentile_averages_ties() -> None:
@@ -79,12 +81,16 @@ def test_daily_percentile_averages_ties() -> None:
 def test_valid_ic_weights_follow_the_members_validation_rank_ic(make_ranking_data: Factory) -> None:
     data, _ = make_ranking_data(n_days=50, n_stocks=20, n_features=3, signal=1.0, seed=5)
     train, valid = data.take(np.arange(0, 40 * 20)), data.take(np.arange(42 * 20, 50 * 20))
-    model = EnsembleRanker({"linear": LinearRanker(), "noise": Constant(alpha=1.0)}, combine="valid_ic").fit(train, valid)
+    model = EnsembleRanker({"linear": LinearRanker(), "noise": Constant(alpha=1.0)}, combine="valid_ic").fit(
+        train, valid
+    )
     ic = model.last_fit["valid_rank_ic"]
     assert ic["linear"] > 0.3  # f0 carries a rank IC of ~0.45
     expected = max(ic["linear"], 0) / (max(ic["linear"], 0) + max(ic["noise"], 0))
     assert model.weights["linear"] == pytest.approx(expected) and model.weights["linear"] > 0.7
-    without_tail = EnsembleRanker({"linear": LinearRanker(), "noise": Constant(alpha=1.0)}, combine="valid_ic").fit(train)
+    without_tail = EnsembleRanker({"linear": LinearRanker(), "noise": Constant(alpha=1.0)}, combine="valid_ic").fit(
+        train
+    )
     assert without_tail.weights == {"linear": 0.5, "noise": 0.5}  # no tail: equal weights
 
 

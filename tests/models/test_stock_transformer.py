@@ -17,7 +17,7 @@ from backtest.labels import cross_sectional_target
 from backtest.metrics import daily_ic, daily_ndcg
 from models import stock_transformer
 from models.data import RankingData
-from models.ranking_losses import listmle_loss, listnet_loss, ranknet_loss
+from models.ranking_losses import listmle_loss, listnet_loss, ranknet_loss, regression_loss
 from models.stock_transformer import (
     EncoderLayer,
     SelfAttention,
@@ -249,6 +249,28 @@ def test_listmle_and_ranknet_read_only_the_order_of_a_real_valued_target() -> No
     levels = torch.tensor([[2, 1, 0, 3]])
     assert listmle_loss(scores, returns, mask).item() == pytest.approx(listmle_loss(scores, levels, mask).item())
     assert ranknet_loss(scores, returns, mask).item() == pytest.approx(ranknet_loss(scores, levels, mask).item())
+
+
+def test_regression_loss_is_the_day_centred_fit_to_the_target_z_score() -> None:
+    rel = torch.tensor([[3, 1, 0, 2], [0, 2, 1, 9]])
+    mask = torch.tensor([[True, True, True, True], [True, True, True, False]])
+    z = torch.zeros(2, 4)
+    for d in range(2):
+        r = rel[d][mask[d]].float()
+        z[d, : len(r)] = (r - r.mean()) / r.std(unbiased=False)
+    assert regression_loss(z, rel, mask).item() == pytest.approx(0.0, abs=1e-7)  # the target itself
+    shifted = z + torch.tensor([[5.0], [-2.0]])  # a constant per day is not a ranking: no cost
+    assert regression_loss(shifted, rel, mask).item() == pytest.approx(0.0, abs=1e-6)
+    assert regression_loss(torch.zeros(2, 4), rel, mask).item() == pytest.approx(1.0, abs=1e-6)  # var of z
+    reverse = regression_loss(-z, rel, mask).item()  # the reverse order: (2z)^2 = 4 on average
+    assert reverse == pytest.approx(4.0, abs=1e-5)
+    padded = regression_loss(z.masked_fill(~mask, 100.0), rel, mask)  # a masked stock's score never counts
+    assert padded.item() == pytest.approx(0.0, abs=1e-6)
+    # the whole list counts alike: moving the bottom stock costs what moving the top one does
+    bottom, top = z.clone(), z.clone()
+    bottom[0, 2] += 0.5
+    top[0, 0] += 0.5
+    assert regression_loss(bottom, rel, mask).item() == pytest.approx(regression_loss(top, rel, mask).item())
 
 
 # ---------------------------------------------------------------------------- the ranker

@@ -39,6 +39,7 @@ def test_every_experiment_composes_and_builds(experiment: str, compose_config, t
     "group,option",
     [
         ("model", "stock_transformer"),
+        ("model", "linear"),
         ("features", "price_only"),
         ("label", "three_class"),
         ("portfolio", "softmax_capped"),
