@@ -3,7 +3,7 @@ an ensemble member or the model of a run.
 
 A ridge regression of the target's cross-sectional percentile rank on the features' cross-sectional
 percentile ranks, both centred at 0 per day, a missing feature at the median: the ``linear`` baseline of
-:mod:`backtest.baselines` (:class:`~backtest.baselines.RankedPanel`, :func:`~backtest.baselines.fit_ridge`),
+:mod:`backtest.baselines`, on the same machinery (:mod:`models.ranks`),
 fitted on the training and validation days together (nothing to stop early). The baseline ranks the
 forward return; this ranker ranks the target it is given (relevance bins, raw returns, percentile
 ranks), whose daily order is the forward return's up to the ties of the bins.
@@ -17,11 +17,11 @@ from typing import Any, Self
 
 import numpy as np
 
-from backtest.baselines import RIDGE_ALPHA, RankedPanel, fit_ridge
 from backtest.errors import DataContractError, preview
 from backtest.labels import PROCESSINGS
 from models.base import RankerBase
 from models.data import RankingData
+from models.ranks import RIDGE_ALPHA, RankedPanel, fit_ridge
 
 META_FILE = "linear.json"
 
@@ -32,7 +32,7 @@ class LinearRanker(RankerBase):
     Parameters
     ----------
     alpha : the ridge penalty relative to the variance of a centred rank column (1/12), as
-        :data:`backtest.baselines.RIDGE_ALPHA`.
+        :data:`models.ranks.RIDGE_ALPHA`.
 
     Attributes
     ----------

@@ -13,10 +13,8 @@ from backtest.baselines import (
     BASELINE_METRICS,
     BASELINES,
     RankedDays,
-    RankedPanel,
     baseline_scores,
     choose_factor,
-    fit_ridge,
 )
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.data.synthetic import oracle_scores
@@ -26,6 +24,7 @@ from backtest.labels import LabelSpec, make_labels
 from backtest.metrics import daily_ic, rank_ic_mean, sharpe
 from backtest.portfolio import PortfolioSpec
 from backtest.splits import RollingSchedule
+from models.ranks import RankedPanel, fit_ridge
 from tests.small_backtest import FEATURES, SCHEDULE, backtest, small_ranker
 
 

@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from backtest.baselines import RankedPanel, fit_ridge
 from backtest.errors import ConfigError
 from backtest.metrics import daily_ic
 from models.base import check_label_processing
@@ -17,6 +16,7 @@ from models.data import RankingData
 from models.ensemble import EnsembleRanker, daily_percentile
 from models.lambdarank import LambdaRankConfig, LambdaRankRanker
 from models.linear import LinearRanker
+from models.ranks import RankedPanel, fit_ridge
 
 Factory = Callable[..., tuple[RankingData, np.ndarray]]
 
