@@ -81,6 +81,20 @@ def build_parts(
     return parts
 
 
+def default_market_features(model: str) -> tuple[dict[str, Any], Any, Any]:
+    """The default market's parts for ``model`` (:func:`build_parts`), its backtest plan and its feature
+    matrix (built in a temporary cache): what the per-fold probes of ``benchmarks/`` start from."""
+    from backtest.features.cache import load_or_build_features
+
+    parts = build_parts({"model": model}, [], groups=("data", "features", "label", "portfolio"))
+    panel = parts["data"].panel
+    plan = plan_backtest(panel, label=parts["label"], schedule=parts["schedule"], portfolio=parts["portfolio"])
+    with tempfile.TemporaryDirectory() as tmp:
+        fingerprint = panel_fingerprint(panel)
+        matrix, _ = load_or_build_features(panel, parts["features"], Path(tmp), data_fingerprint=fingerprint)
+    return parts, plan, matrix
+
+
 # --- one backtest -------------------------------------------------------------------------------------
 
 

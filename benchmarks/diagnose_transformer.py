@@ -31,7 +31,6 @@ import argparse
 import dataclasses
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -43,11 +42,9 @@ PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 sys.path.insert(0, str(PROJECT / "benchmarks"))
 
-from bench_transformer_backtest import build_parts  # noqa: E402
+from bench_transformer_backtest import default_market_features  # noqa: E402
 
-from backtest.data.fingerprint import panel_fingerprint  # noqa: E402
-from backtest.engine import _fold_sets, _ranking_data, plan_backtest  # noqa: E402
-from backtest.features.cache import load_or_build_features  # noqa: E402
+from backtest.engine import _fold_sets, _ranking_data  # noqa: E402
 from backtest.leakage import fold_rows  # noqa: E402
 from backtest.metrics import daily_ic  # noqa: E402
 
@@ -80,13 +77,7 @@ def main() -> None:
     from models.transformer_ranker import StockTransformerRanker, TransformerTrainingConfig
 
     started = time.perf_counter()
-    parts = build_parts({"model": "stock_transformer"}, [], groups=("data", "features", "label", "portfolio"))
-    panel = parts["data"].panel
-    plan = plan_backtest(panel, label=parts["label"], schedule=parts["schedule"], portfolio=parts["portfolio"])
-    with tempfile.TemporaryDirectory() as tmp:
-        matrix, _ = load_or_build_features(
-            panel, parts["features"], Path(tmp), data_fingerprint=panel_fingerprint(panel)
-        )
+    parts, plan, matrix = default_market_features("stock_transformer")
     relevance = plan.labels.target.reindex(matrix.index)
     data, samples = _ranking_data(matrix, relevance, parts["label"].processing)
     fwd = plan.labels.fwd_return.reindex(matrix.index)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,11 +28,8 @@ PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 sys.path.insert(0, str(PROJECT / "benchmarks"))
 
-from bench_transformer_backtest import build_parts  # noqa: E402
+from bench_transformer_backtest import default_market_features  # noqa: E402
 
-from backtest.data.fingerprint import panel_fingerprint  # noqa: E402
-from backtest.engine import plan_backtest  # noqa: E402
-from backtest.features.cache import load_or_build_features  # noqa: E402
 from backtest.leakage import fold_rows  # noqa: E402
 from backtest.metrics import daily_ic  # noqa: E402
 
@@ -52,13 +48,7 @@ def main() -> None:
     args = parser.parse_args()
     import lightgbm as lgb
 
-    parts = build_parts({"model": "lambdarank"}, [], groups=("data", "features", "label", "portfolio"))
-    panel = parts["data"].panel
-    plan = plan_backtest(panel, label=parts["label"], schedule=parts["schedule"], portfolio=parts["portfolio"])
-    with tempfile.TemporaryDirectory() as tmp:
-        matrix, _ = load_or_build_features(
-            panel, parts["features"], Path(tmp), data_fingerprint=panel_fingerprint(panel)
-        )
+    parts, plan, matrix = default_market_features("lambdarank")
     X, index = matrix.values, matrix.index
     rel = plan.labels.target.reindex(index).to_numpy()
     fwd = plan.labels.fwd_return.reindex(index)
