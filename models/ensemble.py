@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any, Self
 
 import numpy as np
+import pandas as pd
 
 from backtest.errors import ConfigError, DataContractError
+from backtest.metrics import daily_ic
 from models.base import Ranker, RankerBase
 from models.data import RankingData
 
@@ -154,30 +156,13 @@ class EnsembleRanker(RankerBase):
 
 def daily_percentile(scores: np.ndarray, data: RankingData) -> np.ndarray:
     """Each score's percentile rank among its day's scores, in (0, 1] (ties averaged), float64."""
-    out = np.empty(len(scores))
-    starts = data.day_starts()
-    for lo, hi in zip(starts[:-1], starts[1:]):
-        day = scores[lo:hi]
-        order = day.argsort(kind="stable")
-        ranks = np.empty(hi - lo)
-        ranks[order] = np.arange(1, hi - lo + 1)
-        # average the ranks of tied scores
-        uniq, inverse = np.unique(day, return_inverse=True)
-        if len(uniq) < len(day):
-            ranks = (np.bincount(inverse, ranks) / np.bincount(inverse))[inverse]
-        out[lo:hi] = ranks / (hi - lo)
-    return out
+    ranks = pd.Series(scores, dtype=np.float64).groupby(data.day_index()).rank(method="average", pct=True)
+    return ranks.to_numpy()
 
 
 def _mean_rank_ic(scores: np.ndarray, data: RankingData) -> float:
-    """Mean daily Spearman correlation of ``scores`` with ``data``'s target."""
+    """Mean daily Spearman correlation of ``scores`` with ``data``'s target (0 when no day has one)."""
     assert data.relevance is not None
-    a = daily_percentile(scores, data)
-    b = daily_percentile(data.relevance.astype(np.float64), data)
-    ics = []
-    starts = data.day_starts()
-    for lo, hi in zip(starts[:-1], starts[1:]):
-        x, y = a[lo:hi], b[lo:hi]
-        if hi - lo >= 3 and np.ptp(x) > 0 and np.ptp(y) > 0:
-            ics.append(np.corrcoef(x, y)[0, 1])
-    return float(np.mean(ics)) if ics else 0.0
+    index = pd.MultiIndex.from_arrays([data.dates, data.codes], names=["date", "code"])
+    ic = daily_ic(pd.Series(scores, index=index), pd.Series(data.relevance.astype(np.float64), index=index), "spearman")
+    return float(ic.mean()) if ic.notna().any() else 0.0

@@ -304,6 +304,7 @@ class StockTransformerRanker(RankerBase):
             schedule = torch.optim.lr_scheduler.LambdaLR(
                 optimizer, _warmup_cosine(steps_per_epoch * cfg.max_epochs, cfg.warmup_fraction, cfg.min_lr_ratio)
             )
+            probe = tr.take(_probe_days(tr.n_days).to(device))  # the training days of train_rank_ic
             order_rng = torch.Generator().manual_seed(cfg.seed)
             best_score, best_epoch, best_state = -math.inf, -1, None
             self.history = []
@@ -332,14 +333,14 @@ class StockTransformerRanker(RankerBase):
                     "grad_norm": float(grad_norm) / steps_per_epoch,
                     "learning_rate": float(schedule.get_last_lr()[0]),
                 }
-                probe = _probe_days(tr.n_days)
-                record["train_rank_ic"] = _mean_rank_ic(self._scores(network, forward, tr.take(probe)), tr.take(probe))
+                record["train_rank_ic"] = _mean_rank_ic(self._scores(network, forward, probe), probe)
                 if va is not None:
                     assert valid is not None
-                    score = self._score(valid, self._scores(network, forward, va))
+                    valid_scores = self._scores(network, forward, va)
+                    score = self._score(valid, valid_scores)
                     record[f"valid_{cfg.early_stopping_metric}"] = score
                     if cfg.early_stopping_metric != "rank_ic":
-                        record["valid_rank_ic"] = _mean_rank_ic(self._scores(network, forward, va), va)
+                        record["valid_rank_ic"] = _mean_rank_ic(valid_scores, va)
                     if score > best_score:
                         best_score, best_epoch = score, epoch
                         best_state = copy.deepcopy(network.state_dict())
