@@ -29,7 +29,6 @@ from typing import Any, Self
 import numpy as np
 import pandas as pd
 import torch
-from scipy.stats import rankdata
 
 from backtest.errors import ConfigError, DataContractError, preview
 from backtest.labels import PROCESSINGS
@@ -181,10 +180,6 @@ class DayBatches:
     def n_days(self) -> int:
         return int(self.date_pos.shape[0])
 
-    def take(self, days: torch.Tensor) -> DayBatches:
-        """The batches of these days (positions along the day axis)."""
-        return replace(self, date_pos=self.date_pos[days], code_pos=self.code_pos[days], relevance=self.relevance[days])
-
     def batch(self, days: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x (days, stocks, window, features), mask (days, stocks), relevance (days, stocks)."""
         x, mask = window_view(self.wide, self.date_pos[days], window, code_positions=self.code_pos[days])
@@ -304,7 +299,8 @@ class StockTransformerRanker(RankerBase):
             schedule = torch.optim.lr_scheduler.LambdaLR(
                 optimizer, _warmup_cosine(steps_per_epoch * cfg.max_epochs, cfg.warmup_fraction, cfg.min_lr_ratio)
             )
-            probe = tr.take(_probe_days(tr.n_days).to(device))  # the training days of train_rank_ic
+            probe = train.take(_probe_rows(train))  # the training days of train_rank_ic
+            probe_days = self._days(probe)
             order_rng = torch.Generator().manual_seed(cfg.seed)
             best_score, best_epoch, best_state = -math.inf, -1, None
             self.history = []
@@ -333,14 +329,14 @@ class StockTransformerRanker(RankerBase):
                     "grad_norm": float(grad_norm) / steps_per_epoch,
                     "learning_rate": float(schedule.get_last_lr()[0]),
                 }
-                record["train_rank_ic"] = _mean_rank_ic(self._scores(network, forward, probe), probe)
+                record["train_rank_ic"] = self._score(probe, self._scores(network, forward, probe_days), "rank_ic")
                 if va is not None:
                     assert valid is not None
                     valid_scores = self._scores(network, forward, va)
                     score = self._score(valid, valid_scores)
                     record[f"valid_{cfg.early_stopping_metric}"] = score
                     if cfg.early_stopping_metric != "rank_ic":
-                        record["valid_rank_ic"] = _mean_rank_ic(valid_scores, va)
+                        record["valid_rank_ic"] = self._score(valid, valid_scores, "rank_ic")
                     if score > best_score:
                         best_score, best_epoch = score, epoch
                         best_state = copy.deepcopy(network.state_dict())
@@ -500,12 +496,13 @@ class StockTransformerRanker(RankerBase):
         network.train(was_training)
         return torch.cat(out).cpu().numpy()  # one device-to-host copy
 
-    def _score(self, data: RankingData, day_scores: np.ndarray) -> float:
+    def _score(self, data: RankingData, day_scores: np.ndarray, metric: str | None = None) -> float:
+        """``metric`` (default: the early-stopping metric) of the day-matrix scores on ``data``'s target."""
         assert data.relevance is not None
         index = pd.MultiIndex.from_arrays([data.dates, data.codes], names=["date", "code"])
         scores = pd.Series(day_scores[data.day_index(), data.day_slots()].astype(np.float64), index=index)
         relevance = pd.Series(data.relevance, index=index)
-        if self.training.early_stopping_metric == "rank_ic":
+        if (metric or self.training.early_stopping_metric) == "rank_ic":
             return float(daily_ic(scores, relevance, "spearman").mean())
         return ndcg_at_k(scores, relevance, k=self.ndcg_depth, gain=self.ndcg_gain)
 
@@ -514,23 +511,11 @@ class StockTransformerRanker(RankerBase):
 TRAIN_PROBE_DAYS = 64
 
 
-def _probe_days(n_days: int) -> torch.Tensor:
-    return torch.from_numpy(
-        np.unique(np.linspace(0, n_days - 1, min(n_days, TRAIN_PROBE_DAYS)).round().astype(np.int64))
-    )
-
-
-def _mean_rank_ic(day_scores: np.ndarray, days: DayBatches) -> float:
-    """Mean over days of the Spearman correlation of the scores with the target, on each day's real
-    stocks (ties averaged); days with fewer than 3 stocks or a constant target are left out."""
-    mask = (days.code_pos >= 0).cpu().numpy()
-    target = days.relevance.cpu().numpy()
-    ics = []
-    for s, t, m in zip(day_scores, target, mask):
-        if m.sum() < 3 or np.ptp(t[m]) == 0 or np.ptp(s[m]) == 0:
-            continue
-        ics.append(np.corrcoef(rankdata(s[m]), rankdata(t[m]))[0, 1])
-    return float(np.mean(ics)) if ics else math.nan
+def _probe_rows(data: RankingData) -> np.ndarray:
+    """The rows of :data:`TRAIN_PROBE_DAYS` days of ``data``, evenly spaced over its days."""
+    starts = data.day_starts()
+    days = np.unique(np.linspace(0, data.n_days - 1, min(data.n_days, TRAIN_PROBE_DAYS)).round().astype(np.int64))
+    return np.concatenate([np.arange(starts[d], starts[d + 1]) for d in days])
 
 
 def _param_groups(network: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
