@@ -54,6 +54,7 @@ from backtest.statistics import (
     paired_sharpe_difference,
     pbo_cscv,
     psr,
+    seed_standard_error,
     sharpe_ci,
     two_sided_p,
 )
@@ -109,16 +110,15 @@ def _verdict(diff: float, p_holm: float, statistic: str, within_seeds: bool = Fa
 
 
 def _seed_standard_error(spread: pd.DataFrame | None, name: str, baseline: str, statistic: str) -> float:
-    """The seed spread's standard error of a difference of two trials' seed means:
-    ``sqrt(sd_t^2 / n_t + sd_b^2 / n_b)`` over those with more than one seed (NaN when neither has)."""
+    """:func:`~backtest.statistics.seed_standard_error` of the difference of two trials' seed means."""
     if spread is None or f"{statistic}_seed_sd" not in spread.columns:
         return float("nan")
-    parts = [
-        float(spread.at[trial, f"{statistic}_seed_sd"]) ** 2 / float(spread.at[trial, "n_seeds"])
+    sides = [
+        (float(spread.at[trial, f"{statistic}_seed_sd"]), float(spread.at[trial, "n_seeds"]))
         for trial in (name, baseline)
-        if trial in spread.index and np.isfinite(float(spread.at[trial, f"{statistic}_seed_sd"]))
+        if trial in spread.index and np.isfinite(float(spread.at[trial, "n_seeds"]))
     ]
-    return float(np.sqrt(sum(parts))) if parts else float("nan")
+    return seed_standard_error(*[x for side in sides for x in side]) if sides else float("nan")
 
 
 def _comparisons(

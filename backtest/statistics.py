@@ -491,6 +491,21 @@ def minimum_detectable_difference(se: float, alpha: float = ALPHA, power: float 
     return _power_quantiles(alpha, power) * float(se)
 
 
+def seed_standard_error(sd_a: float, n_a: float, sd_b: float = float("nan"), n_b: float = 0) -> float:
+    """The standard error that the model seeds' own disagreement puts on a difference of two seed means:
+    ``sqrt(sd_a^2 / n_a + sd_b^2 / n_b)``, over the sides with a finite spread (``ddof=1`` standard
+    deviations of their seeds' values); NaN when neither has one. A difference counts only beyond both
+    this and the days' sampling error (docs/tracking.md, "Seed replicates").
+
+    >>> round(seed_standard_error(0.004, 3, 0.003, 3), 5)
+    0.00289
+    >>> seed_standard_error(float("nan"), 1)
+    nan
+    """
+    parts = [sd**2 / n for sd, n in ((sd_a, n_a), (sd_b, n_b)) if n > 0 and np.isfinite(sd)]
+    return float(np.sqrt(sum(parts))) if parts else float("nan")
+
+
 def days_to_resolve(diff: float, se: float, n_days: int, alpha: float = ALPHA, power: float = POWER) -> float:
     """Test days at which a difference of ``diff`` would be detected with probability ``power``.
 
