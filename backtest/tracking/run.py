@@ -314,17 +314,16 @@ class TrackedRun:
     def log_provenance(self, provenance: Provenance) -> dict[str, str]:
         """Set the provenance and guard tags (:func:`provenance_tags`); return them.
 
-        Logs a warning when the run is not comparable, saying which guard is why.
+        Logs a warning when the run is not comparable, saying why (tag ``comparable_reason``).
         """
         tags = provenance_tags(provenance, self.tracker.project_dir)
         self.set_tags(tags)
         if not provenance.comparable:
             logger.warning(
-                "run %s is tagged comparable=false (leak_guard=%s, feature_audit=%s, leak_demo=%s): "
-                "its metrics must not be compared with other runs",
+                "run %s is tagged comparable=false (%s; leak_demo=%s): its metrics must not be compared with "
+                "other runs",
                 self.run_id,
-                provenance.leak_guard,
-                provenance.feature_audit,
+                tags["comparable_reason"],
                 provenance.leak_demo,
             )
         return tags
