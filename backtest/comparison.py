@@ -240,6 +240,7 @@ class StudyReport:
         ``sharpe_ex_best_month``, ``ann_return_ex_best_month``, ``sharpe_ex_best_3_months``,
         ``ann_return_ex_best_3_months``, the :data:`TRIAL_RUN_METRICS` (``rank_ic_mean``, ``rank_ic_se``,
         ``baseline_factor_rank_ic_mean``, ``ndcg``, ``turnover``: from ``trial_metrics``, else NaN), ``psr``;
+        the :data:`VERDICT_COLUMNS` that ``trial_metrics`` has (``comparable``, ``comparable_reason``);
         last the config columns of ``trial_metrics`` that differ between trials.
     years : one row per (``year``, ``series``) for every trial and the benchmark (:data:`BENCHMARK_COLUMN`):
         ``n_days``, ``return`` (compounded over the year), ``excess_return`` (minus the benchmark's),
@@ -337,6 +338,10 @@ _TRIAL_COLUMNS = (
 #: the rank IC with its standard error, the best single factor's rank IC on the same folds, the NDCG at the
 #: trial's own ``top_k`` (one key whatever the depth, so a sweep over ``portfolio.top_k`` keeps it), turnover.
 TRIAL_RUN_METRICS = ("rank_ic_mean", "rank_ic_se", "baseline_factor_rank_ic_mean", "ndcg", "turnover")
+#: The run tags a study's trials table copies from each trial's run whatever their values: ``comparable``
+#: (``"true"`` / ``"false"``; blank for a run recorded before it was tagged) and ``comparable_reason`` (why
+#: not, :func:`backtest.leakage.not_comparable_reasons`; blank for a comparable run or an older one).
+VERDICT_COLUMNS = ("comparable", "comparable_reason")
 
 
 def _aligned_returns(returns: pd.DataFrame, benchmark: pd.Series, notes: list[str]) -> pd.DataFrame:
@@ -388,7 +393,7 @@ def _aligned_returns(returns: pd.DataFrame, benchmark: pd.Series, notes: list[st
 
 def _config_columns(trial_metrics: pd.DataFrame, names: list[str]) -> list[str]:
     """Columns of ``trial_metrics`` that describe the config (not a metric) and differ between trials."""
-    skip = set(m.HEADLINE_KEYS) | set(_TRIAL_COLUMNS)
+    skip = set(m.HEADLINE_KEYS) | set(_TRIAL_COLUMNS) | set(VERDICT_COLUMNS)
     rows = trial_metrics.reindex(names)
     return [
         str(c)
@@ -557,6 +562,9 @@ def build_study_report(
             column = _metric_column(trial_metrics, key)
             if column is not None:
                 trials[key] = column.reindex(names).to_numpy(np.float64)
+        for column in VERDICT_COLUMNS:
+            if column in trial_metrics.columns:
+                trials[column] = trial_metrics[column].reindex(names).fillna("").astype(str).to_numpy()
         for column in _config_columns(trial_metrics, names):
             trials[column] = trial_metrics[column].reindex(names).to_numpy()
     ordered = [c for c in _TRIAL_COLUMNS if c in trials.columns]

@@ -52,7 +52,7 @@ from backtest.features.cache import load_or_build_features
 from backtest.features.registry import FeatureRegistry
 from backtest.features.sets import FeatureSetSpec, select_by_gain
 from backtest.labels import Labels, LabelSpec, make_labels
-from backtest.leakage import GuardStatus, LeakageRecord, fold_rows, leak_guard_status
+from backtest.leakage import GuardStatus, LeakageRecord, fold_rows, leak_guard_status, not_comparable_reasons
 from backtest.metrics import daily_ic, daily_ranking_quality, headline_metrics, ndcg_at_k, rank_ic_mean
 from backtest.portfolio import PortfolioResult, PortfolioSpec, check_universe, return_days, simulate
 from backtest.splits import Fold, RollingSchedule
@@ -214,6 +214,15 @@ class BacktestResult:
     #: the index benchmark on the strategy's return days (:func:`backtest.benchmark.benchmark_index`), behind
     #: the ``index_*`` metrics
     index: IndexReturns | None = None
+
+    @property
+    def not_comparable(self) -> tuple[str, ...]:
+        """Why the run is not comparable, empty when it is: its guards' verdicts and the test days on which
+        the book could trade (:func:`backtest.leakage.not_comparable_reasons`)."""
+        p = self.portfolio
+        return not_comparable_reasons(
+            self.leak_guard, self.feature_audit, tradable_days=p.days_tradable, test_days=len(p.returns)
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -439,6 +448,8 @@ def run_backtest(
     # Days on which the book was not the one chosen (blocked trades, stale marks): the summary shows them.
     metrics["days_blocked"] = float(result.days_blocked)
     metrics["rebalances_blocked"] = float(result.rebalances_blocked)
+    # Days on which the top-k book could trade: too few of them and the run is not comparable.
+    metrics["days_tradable"] = float(result.days_tradable)
     if oracle is not None:
         metrics["oracle_rank_ic"] = rank_ic_mean(oracle.reindex(scores.index), fwd)
         metrics["signal_capture"] = metrics["rank_ic_mean"] / metrics["oracle_rank_ic"]

@@ -7,8 +7,9 @@ This module holds what the engine, the tracking tags and the reports share about
 - :class:`LeakageRecord`: one fold's evidence (cutoffs, the largest ``label_end`` used, purged counts);
 - :func:`check_fold`: the rule itself, checked against ``label_end`` (raises :class:`LeakageError`);
 - :func:`fold_rows`: which rows of a (date, code) table a fold trains, validates and predicts on;
-- :data:`GUARD_STATUSES`, :func:`leak_guard_status` and :func:`is_comparable`: the verdicts that become
-  the ``leak_guard``, ``feature_audit`` and ``comparable`` tags (the audit's own verdict is
+- :data:`GUARD_STATUSES`, :func:`leak_guard_status`, :func:`not_comparable_reasons` and
+  :func:`is_comparable`: the verdicts that become the ``leak_guard``, ``feature_audit``, ``comparable``
+  and ``comparable_reason`` tags (the audit's own verdict is
   :attr:`backtest.features.audit.AuditReport.status`; a run without a report switched the audit off).
 
 The verdicts (tag values)::
@@ -19,16 +20,25 @@ The verdicts (tag values)::
     feature_audit  passed    past feature values did not change when the future was removed
                    failed    some did (the run raises, naming the features)
                    disabled  the audit was switched off (engine.audit_cutoffs=0)
-    comparable     true only when both guards passed: nothing failed and nothing was switched off
+    comparable     true only when both guards passed (nothing failed and nothing was switched off) and
+                   the book could trade on at least MIN_TRADABLE_SHARE (90%) of the test days
 
-``comparable`` depends on the guards alone. A leak demonstration is tagged ``leak_demo=true`` besides;
-its leaky run is not comparable because its purge is off, and its purged twin (``backtest.purge=true``)
-is comparable because its guards passed.
+A test day on which the book could trade is one on which at least ``top_k`` index members trade
+(:attr:`backtest.portfolio.PortfolioResult.tradable_days`). A period that the market left mostly
+untradable (suspensions, zero volume, missing prices) still yields a Sharpe ratio, but from the few
+days that traded: its PSR and DSR count every day as an observation, so they claim evidence the days
+did not give. ``comparable_reason`` says why a run is not comparable. A leak demonstration is tagged
+``leak_demo=true`` besides; its leaky run is not comparable because its purge is off, and its purged
+twin (``backtest.purge=true``) is comparable because its guards passed.
 
 Examples
 --------
->>> is_comparable("passed", "passed"), is_comparable("passed", "disabled"), is_comparable("disabled", "passed")
-(True, False, False)
+>>> traded = dict(tradable_days=120, test_days=123)
+>>> is_comparable("passed", "passed", **traded), is_comparable("passed", "disabled", **traded)
+(True, False)
+>>> (reason,) = not_comparable_reasons("passed", "passed", tradable_days=6, test_days=123)
+>>> reason.split(":")[0]
+'the book could trade on 6 of 123 test days (4.9%), fewer than the 90% a comparable run needs'
 """
 
 from __future__ import annotations
@@ -60,6 +70,15 @@ class FoldDates(Protocol):
 
 
 GUARD_STATUSES: tuple[str, ...] = ("passed", "failed", "disabled")
+
+#: The least share of a run's test days (its return days) on which the top-k book could trade, for the
+#: run to be comparable. Each test day counts as one observation in the Sharpe ratio's standard error,
+#: the PSR and the DSR; a day on which nothing could trade is no observation, so with a share ``s`` of
+#: tradable days the PSR's z statistic is overstated by about ``1 / sqrt(s)``: 5% at 90%, within the
+#: noise of the Sharpe ratio itself, 41% at 50%, and 4.5 times for 6 days of 123. A real A-share
+#: universe trades on practically every day (suspensions hit a few members, never the top k), so 90%
+#: refuses no honest test period and catches a data export whose suspensions or volumes are broken.
+MIN_TRADABLE_SHARE = 0.9
 
 _NS = "datetime64[ns]"
 
@@ -121,12 +140,41 @@ def leak_guard_status(records: Iterable[LeakageRecord]) -> GuardStatus:
     return "failed" if any(r.leaky for r in records) else "passed"
 
 
-def is_comparable(leak_guard: str, feature_audit: str) -> bool:
-    """The one ``comparable`` rule: both guards passed (nothing failed, nothing switched off)."""
+def not_comparable_reasons(
+    leak_guard: str, feature_audit: str, *, tradable_days: int | None, test_days: int | None
+) -> tuple[str, ...]:
+    """The one ``comparable`` rule: why a run is not comparable, empty when it is.
+
+    A run is comparable when both guards passed (nothing failed, nothing switched off) and the book
+    could trade on at least :data:`MIN_TRADABLE_SHARE` of its test days.
+
+    Parameters
+    ----------
+    leak_guard, feature_audit : the guard verdicts (:data:`GUARD_STATUSES`).
+    tradable_days, test_days : the test (return) days on which at least ``top_k`` index members traded,
+        and all of them (:attr:`backtest.portfolio.PortfolioResult.tradable_days`); None for a run
+        without a test period (its tags describe a run that is not a backtest).
+    """
     for name, value in (("leak_guard", leak_guard), ("feature_audit", feature_audit)):
         if value not in GUARD_STATUSES:
             raise ValueError(f"{name}: expected one of {GUARD_STATUSES}, received {value!r}")
-    return leak_guard == "passed" and feature_audit == "passed"
+    reasons = []
+    if leak_guard != "passed" or feature_audit != "passed":
+        reasons.append(
+            f"a leakage guard failed or was switched off (leak_guard={leak_guard}, feature_audit={feature_audit})"
+        )
+    if test_days is not None and tradable_days is not None and tradable_days < MIN_TRADABLE_SHARE * test_days:
+        share = tradable_days / test_days if test_days else 0.0
+        reasons.append(
+            f"the book could trade on {tradable_days} of {test_days} test days ({share:.1%}), fewer than the "
+            f"{MIN_TRADABLE_SHARE:.0%} a comparable run needs: on the others fewer than top_k index members traded"
+        )
+    return tuple(reasons)
+
+
+def is_comparable(leak_guard: str, feature_audit: str, *, tradable_days: int | None, test_days: int | None) -> bool:
+    """:func:`not_comparable_reasons` found none."""
+    return not not_comparable_reasons(leak_guard, feature_audit, tradable_days=tradable_days, test_days=test_days)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -88,6 +88,14 @@ not sold or reduced; see ``blocked``), or a holding does not trade that day, so 
 rebalances with a blocked name; the engine reports both as metrics. A high count means the returns
 are partly those of a book nobody could hold.
 
+Days the book could trade
+-------------------------
+``PortfolioResult.tradable_days`` flags each return day on which at least ``top_k`` index members trade
+(:func:`backtest.data.tradability.trading`): a day on which the top-k book could be bought and marked.
+``days_tradable`` counts them; a run whose test period has too few of them is not comparable
+(:func:`backtest.leakage.not_comparable_reasons`, :data:`backtest.leakage.MIN_TRADABLE_SHARE`): its
+Sharpe, PSR and DSR would count days on which nothing could trade as observations.
+
 Before any work (:func:`check_universe`)
 ----------------------------------------
 A test period the top-k book cannot trade in is refused: fewer than 2 members on the median test day
@@ -214,6 +222,9 @@ class PortfolioResult:
     blocked_days : bool Series indexed by date (same index as ``returns``)
         True on a return day of a period whose rebalance had a blocked name, or on which a holding does
         not trade (its mark is stale). ``days_blocked`` and ``rebalances_blocked`` count them.
+    tradable_days : bool Series indexed by date (same index as ``returns``)
+        True on a return day on which at least ``top_k`` index members trade: the top-k book could be
+        bought and marked. ``days_tradable`` counts them.
     spec : PortfolioSpec
     """
 
@@ -226,12 +237,18 @@ class PortfolioResult:
     rebalance_dates: pd.DatetimeIndex
     periods: pd.DataFrame
     blocked_days: pd.Series
+    tradable_days: pd.Series
     spec: PortfolioSpec = field(repr=False)
 
     @property
     def days_blocked(self) -> int:
         """Return days on which the book is not what the strategy chose (see ``blocked_days``)."""
         return int(self.blocked_days.sum())
+
+    @property
+    def days_tradable(self) -> int:
+        """Return days on which at least ``top_k`` index members trade (see ``tradable_days``)."""
+        return int(self.tradable_days.sum())
 
     @property
     def rebalances_blocked(self) -> int:
@@ -850,7 +867,7 @@ def simulate(scores: pd.Series, panel: pd.DataFrame, spec: PortfolioSpec | None 
                 strategy.n_holdings[-1],
             )
         )
-    return _result(strategy, benchmark, rows, schedule, grid, spec)
+    return _result(strategy, benchmark, rows, schedule, market, spec)
 
 
 def _result(
@@ -858,9 +875,10 @@ def _result(
     benchmark: _Book,
     rows: list[tuple],
     schedule: list[tuple[int, int, int]],
-    grid: WideGrid,
+    market: _Market,
     spec: PortfolioSpec,
 ) -> PortfolioResult:
+    grid = market.grid
     return_days = np.concatenate([np.arange(start, end) for _, start, end in schedule])
     index = pd.DatetimeIndex(grid.dates[return_days], name="date")
     returns = pd.Series(np.concatenate(strategy.returns), index=index, name="strategy")
@@ -903,6 +921,8 @@ def _result(
             int(blocked_days.sum()),
             len(blocked_days),
         )
+    trading_members = (market.rule.trading & market.rule.eligible)[return_days].sum(axis=1)
+    tradable_days = pd.Series(trading_members >= spec.top_k, index=index, name="tradable")
     turnover = pd.Series(periods["turnover"].to_numpy(), index=periods.index, name="turnover")
     return PortfolioResult(
         returns=returns,
@@ -914,5 +934,6 @@ def _result(
         rebalance_dates=pd.DatetimeIndex(periods.index, name="decision_date"),
         periods=periods,
         blocked_days=blocked_days,
+        tradable_days=tradable_days,
         spec=spec,
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from backtest.code_fingerprint import package_versions
 from backtest.errors import ConfigError
-from backtest.leakage import GUARD_STATUSES, GuardStatus, is_comparable
+from backtest.leakage import GUARD_STATUSES, GuardStatus, not_comparable_reasons
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,8 @@ class Provenance:
     leak_demo : the config declares this run a leakage demonstration (tag ``leak_demo``).
     code_fingerprint : :func:`backtest.code_fingerprint.code_fingerprint` of the process that computed
         the result.
+    tradable_days, test_days : the test days on which the top-k book could trade, and all of them
+        (:attr:`backtest.portfolio.PortfolioResult.tradable_days`); None for a run without a test period.
     """
 
     data_fingerprint: str
@@ -51,6 +53,8 @@ class Provenance:
     feature_audit: GuardStatus
     leak_demo: bool = False
     code_fingerprint: str = ""
+    tradable_days: int | None = None
+    test_days: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("leak_guard", "feature_audit"):
@@ -61,9 +65,16 @@ class Provenance:
                 )
 
     @property
+    def not_comparable(self) -> tuple[str, ...]:
+        """Why the run is not comparable, empty when it is (:func:`backtest.leakage.not_comparable_reasons`)."""
+        return not_comparable_reasons(
+            self.leak_guard, self.feature_audit, tradable_days=self.tradable_days, test_days=self.test_days
+        )
+
+    @property
     def comparable(self) -> bool:
-        """:func:`backtest.leakage.is_comparable`: both guards passed, nothing switched off."""
-        return is_comparable(self.leak_guard, self.feature_audit)
+        """Both guards passed and the book could trade on enough test days (:attr:`not_comparable`)."""
+        return not self.not_comparable
 
 
 def git_state(project_dir: Path | str) -> tuple[str, str]:
@@ -99,7 +110,8 @@ def provenance_tags(provenance: Provenance, project_dir: Path | str) -> dict[str
     -------
     dict : ``git_commit``, ``git_dirty``, ``mlflow.source.git.commit`` (shown by the UI),
         ``data_fingerprint``, ``feature_fingerprint``, ``leak_guard``, ``feature_audit``,
-        ``comparable`` and ``leak_demo`` (``"true"``/``"false"``), and ``pkg.<name>``.
+        ``comparable`` and ``leak_demo`` (``"true"``/``"false"``), ``comparable_reason`` (why not, when it
+        is not), and ``pkg.<name>``.
     """
     commit, dirty = git_state(project_dir)
     tags = {
@@ -114,6 +126,8 @@ def provenance_tags(provenance: Provenance, project_dir: Path | str) -> dict[str
         "leak_demo": _flag(provenance.leak_demo),
         **package_versions(TRACKED_PACKAGES),
     }
+    if provenance.not_comparable:
+        tags["comparable_reason"] = "; ".join(provenance.not_comparable)
     if commit != "unknown":
         tags["mlflow.source.git.commit"] = commit
     return tags

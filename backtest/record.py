@@ -49,7 +49,6 @@ from backtest.drift import PSI_MAX_ROWS, feature_value_drift, psi_artifact, psi_
 from backtest.drift import fold_windows as windows_of_folds
 from backtest.engine import BacktestResult
 from backtest.errors import FeatureAuditError, LeakageError, StoreUnavailableError
-from backtest.leakage import is_comparable
 from backtest.provenance import Provenance
 from backtest.reports import DriftRun, RunEvidence, write_backtest_reports
 from backtest.reports.files import REPORT_FILES
@@ -153,6 +152,8 @@ def record_run(
         feature_audit=result.feature_audit,
         leak_demo=identity.leak_demo,
         code_fingerprint=result.code_fingerprint,
+        tradable_days=result.portfolio.days_tradable,
+        test_days=len(result.portfolio.returns),
     )
     try:
         if lost is not None:
@@ -286,7 +287,7 @@ def run_evidence(result: BacktestResult, *, run_name: str | None = None, run_id:
         metrics=dict(result.metrics),
         leak_guard=result.leak_guard,
         feature_audit=result.feature_audit,
-        comparable=is_comparable(result.leak_guard, result.feature_audit),
+        not_comparable=result.not_comparable,
         ndcg_depth=result.ndcg_depth,
         index=result.index.description if result.index is not None else None,
         run_name=run_name,

@@ -234,7 +234,7 @@ def build_report(
     TrackingError : the study has no finished run.
     ConfigError : ``primary`` is not a comparison statistic.
     """
-    from backtest.comparison import TRIAL_RUN_METRICS, build_study_report
+    from backtest.comparison import TRIAL_RUN_METRICS, VERDICT_COLUMNS, build_study_report
 
     primary = check_primary(primary)
     runs, n_configs = study_trials(tracker, study)
@@ -294,7 +294,10 @@ def build_report(
         {
             **{k: v.reindex(names).to_numpy() for k, v in metric.items()},
             **{c.removeprefix("params."): first[c].to_numpy() for c in varied},
-            "comparable": first.get("tags.comparable", pd.Series("", index=first.index)).to_numpy(),
+            **{
+                key: first.get(f"tags.{key}", pd.Series("", index=first.index)).fillna("").to_numpy()
+                for key in VERDICT_COLUMNS
+            },
             "minutes": minutes.groupby(labels, sort=False).sum().reindex(names).to_numpy(),
             "resumed_folds": pd.to_numeric(
                 runs.get("tags.resumed_folds", pd.Series(index=runs.index, dtype=float)), errors="coerce"

@@ -227,7 +227,7 @@ def test_the_comparison_reads_the_runs_metrics_and_says_what_the_difference_mean
     )
     text = "\n".join(baseline_lines(m))
     assert "+0.0390 (0.0045)" in text and "signal capture  19.8%" in text
-    page = robustness_html(RunEvidence(metrics=m, leak_guard="passed", feature_audit="passed", comparable=True))
+    page = robustness_html(RunEvidence(metrics=m, leak_guard="passed", feature_audit="passed", not_comparable=()))
     assert "<td>best single factor</td><td>+0.0390</td><td>0.0045</td><td>1.58</td><td>1.25</td>" in page
     assert "signal capture 19.8% of the oracle" in page
     assert baseline_lines({"sharpe": 1.0}) == [] and baseline_verdicts({}) == []  # a run without baselines

@@ -510,6 +510,17 @@ def test_a_market_that_stops_trading_blocks_every_later_day():
     assert result.blocked_days.tolist() == [False, True, True, True] and result.days_blocked == 3
 
 
+def test_a_day_is_tradable_when_at_least_top_k_members_trade():
+    # From d2 on only C trades, and from d4 on nobody: a top-2 book can be bought on the return day d1 alone.
+    halted = {(i, code) for i in range(2, 6) for code in ("A", "B")} | {(4, "C"), (5, "C")}
+    panel = make_panel(OPENS, suspended=halted)
+    scores = make_scores(panel, {0: {"A": 3, "B": 2, "C": 1}})
+    assert simulate(scores, panel, PortfolioSpec(top_k=2, **FREE)).tradable_days.tolist() == [True, False, False, False]
+    top_1 = simulate(scores, panel, PortfolioSpec(top_k=1, **FREE))
+    assert top_1.tradable_days.tolist() == [True, True, True, False] and top_1.days_tradable == 3
+    assert top_1.tradable_days.index.equals(top_1.returns.index)
+
+
 def test_a_test_period_without_trading_is_refused_naming_the_period():
     everything = {(i, code) for i in range(2, 6) for code in OPENS}
     panel = make_panel(OPENS, suspended=everything)

@@ -13,7 +13,6 @@ if TYPE_CHECKING:
 
 def print_summary(result: BacktestResult, recorded: RecordedRun) -> None:
     """Print the summary of ``result``, recorded as ``recorded``, on standard output (the CLI's choice)."""
-    from backtest.leakage import is_comparable
     from backtest.reports.summary import RunSummary, summary_text
     from backtest.tracking import ARTIFACTS
     from backtest.tracking.ui import ui_command
@@ -24,7 +23,7 @@ def print_summary(result: BacktestResult, recorded: RecordedRun) -> None:
         ndcg_depth=result.ndcg_depth,
         leak_guard=result.leak_guard,
         feature_audit=result.feature_audit,
-        comparable=is_comparable(result.leak_guard, result.feature_audit),
+        not_comparable=result.not_comparable,
         run_id=recorded.run_id,
         tearsheet_uri=f"{recorded.artifact_uri}/{ARTIFACTS.report('tearsheet')}",
         ui=ui_command(recorded.store_uri),

@@ -25,6 +25,7 @@ from backtest.comparison import (
     _VERDICT_WORSE,
     BENCHMARK_COLUMN,
     STATISTIC_LABELS,
+    VERDICT_COLUMNS,
     StudyReport,
     study_summary,
 )
@@ -194,6 +195,19 @@ def _reading(report: StudyReport) -> str:
     return " ".join(text)
 
 
+def _not_comparable(report: StudyReport) -> list[str]:
+    """One warning per trial whose run is tagged ``comparable=false``, with its ``comparable_reason``."""
+    if "comparable" not in report.trials.columns:
+        return []
+    reasons = report.trials.get("comparable_reason", pd.Series("", index=report.trials.index))
+    return [
+        f"Not comparable: {name}: {reasons[name] or 'see its leak_guard and feature_audit tags'}. Its numbers "
+        "must not be compared with the other trials'."
+        for name, flag in report.trials["comparable"].items()
+        if flag == "false"
+    ]
+
+
 def _interval(value: float, low: float, high: float, digits: int) -> str:
     """``+0.0134 [+0.0050, +0.0218]``; blank for an undefined value."""
     if not np.isfinite(value):
@@ -273,6 +287,7 @@ def _trials_display(report: StudyReport) -> pd.DataFrame:
             "turnover": [_number(v, ".1f") for v in t["turnover"]],
             "PSR": [_number(v, ".2f") for v in t["psr"]],
             "DSR": [_number(v, ".2f") for v in t["dsr"]],
+            **({"comparable": [{"false": "NO"}.get(v, v) for v in t["comparable"]]} if "comparable" in t else {}),
             **({"minutes": [_number(v, ".1f") for v in t["minutes"]]} if "minutes" in t else {}),
             **({"resumed folds": [_number(v, ".0f") for v in t["resumed_folds"]]} if "resumed_folds" in t else {}),
         }
@@ -310,7 +325,7 @@ def _short(value: object, width: int = 48) -> str:
 
 def _config_display(report: StudyReport) -> pd.DataFrame | None:
     """The configuration that differs between the trials, cells shortened; None when nothing differs."""
-    columns = [c for c in report.trials.columns if c not in (*_TRIAL_COLUMNS, *_RUN_COLUMNS)]
+    columns = [c for c in report.trials.columns if c not in (*_TRIAL_COLUMNS, *_RUN_COLUMNS, *VERDICT_COLUMNS)]
     if not columns:
         return None
     table = report.trials[columns].map(_short)
@@ -367,7 +382,8 @@ def _comparison_text(report: StudyReport) -> str:
 def write_study_report(directory: Path | str, report: StudyReport) -> list[Path]:
     """Write ``report`` into ``directory`` (created), file names from :data:`STUDY_REPORT_FILES`.
 
-    ``study_report.html`` is self-contained (the PNGs embedded as base64): title, a plain reading (the
+    ``study_report.html`` is self-contained (the PNGs embedded as base64): title, a warning for each trial
+    whose run is not comparable (tag ``comparable=false``, with its reason), a plain reading (the
     verdicts, the best trial's DSR, PBO), the comparison with the baseline first (one short row per trial:
     verdict, the primary statistic's difference with its interval and p-values, the Sharpe difference,
     DSR, power), the equity curves of every trial and the benchmark, the trials' rank IC per fold overlaid,
@@ -456,10 +472,12 @@ def write_study_report(directory: Path | str, report: StudyReport) -> list[Path]
             ("Configuration", "What differs between the trials (study_trials.csv holds the full values).", config, None)
         )
 
-    markdown = [f"# {report.title}", "", reading, ""]
+    warnings = _not_comparable(report)
+    markdown = [f"# {report.title}", "", *[f"**{w}**\n" for w in warnings], reading, ""]
     body = [
-        page_head(report.title, "body{max-width:1200px}"),
+        page_head(report.title, "body{max-width:1200px}.warn{background:#fdecea;color:#c62828;padding:6px 10px}"),
         f"<h1>{html.escape(report.title)}</h1>",
+        *[f"<p class='warn'>{html.escape(w)}</p>" for w in warnings],
         f"<p>{html.escape(reading)}</p>",
     ]
     for heading, note, frame, image in sections:

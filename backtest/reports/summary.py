@@ -4,7 +4,7 @@ panel's, logged when its data is loaded (:func:`summarize_panel`).
 The strategy / equal-weight (/ index) rows are :func:`backtest.reports.tearsheet.tearsheet_metrics`, the
 same numbers the HTML tearsheet shows; the lines below them come from the run's headline metrics
 (:func:`backtest.metrics.headline_metrics`: against equal weight, then the ``index_*`` keys against the
-index) and its guard verdicts (:mod:`backtest.leakage`).
+index), its guard verdicts and, for a run that is not comparable, why (:mod:`backtest.leakage`).
 """
 
 from __future__ import annotations
@@ -34,18 +34,23 @@ SUMMARY_ROWS: Mapping[str, str] = {
 
 @dataclass(frozen=True)
 class RunSummary:
-    """What the summary says besides the returns: where the run is and what its guards said."""
+    """What the summary says besides the returns: where the run is, what its guards said and why it is not
+    comparable (``not_comparable``, :func:`backtest.leakage.not_comparable_reasons`; empty when it is)."""
 
     n_folds: int
     n_features: int
     ndcg_depth: int  # the depth of the headline ``ndcg``: the portfolio's top_k
     leak_guard: str
     feature_audit: str
-    comparable: bool
+    not_comparable: tuple[str, ...]
     run_id: str
     tearsheet_uri: str
     ui: str
     index: str | None = None  # what the index column is (``IndexReturns.description``)
+
+    @property
+    def comparable(self) -> bool:
+        return not self.not_comparable
 
 
 def summary_text(
@@ -87,6 +92,7 @@ def summary_text(
         f"{'turnover (annual)':28}{m.get('turnover', nan):>12.2f}",
         f"{'days blocked':28}{m.get('days_blocked', nan):>12.0f}   (the book was not the one chosen: "
         f"a pick not bought or a holding not sold, or a holding that did not trade)",
+        f"{'days tradable':28}{m.get('days_tradable', nan):>12.0f}   of {len(returns)} (at least top_k members traded)",
         "",
         f"rank IC {m.get('rank_ic_mean', nan):+.4f} (ICIR {m.get('icir', nan):+.3f}), "
         f"NDCG@{run.ndcg_depth} {m.get('ndcg', nan):.4f}; "
@@ -95,6 +101,7 @@ def summary_text(
         *baseline_lines(m),
         f"leak guard      {run.leak_guard}   feature audit {run.feature_audit}   "
         f"comparable {'yes' if run.comparable else 'NO'}",
+        *(f"NOT COMPARABLE  {why}; its numbers must not be compared with other runs" for why in run.not_comparable),
         f"MLflow run      {run.run_id}",
         f"tearsheet       {run.tearsheet_uri}",
         f"open the UI     {run.ui}",

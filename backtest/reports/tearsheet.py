@@ -24,7 +24,8 @@ The page opens with the project's own evidence, before any quantstats content (:
 the Sharpe ratio and annual return with and without the best month and the best 3 months, the Sharpe's
 bootstrap interval, PSR and DSR, rank IC and ICIR, NDCG, the strategy against the index benchmark
 (excess annual return, beta, tracking error, information ratio; the index's own annual return, Sharpe
-and drawdown), and the leak guard, feature audit and comparable verdicts. quantstats' own comparison is
+and drawdown), and the leak guard, feature audit and comparable verdicts, with a warning that says why
+a run is not comparable. quantstats' own comparison is
 against equal weight, the default benchmark. Those numbers are the run's own (:class:`RunEvidence`, from
 the engine's metrics and guards), never recomputed here. The page title and heading name the run and its test period.
 """
@@ -97,7 +98,8 @@ class RunEvidence:
         a sweep's job, ``dsr_provisional``),
         ``rank_ic_mean``, ``icir``, ``ndcg``, the ``index_*`` keys; a missing key shows as ``-``.
     leak_guard, feature_audit : the guard verdicts (``passed`` / ``failed`` / ``disabled``).
-    comparable : :func:`backtest.leakage.is_comparable` of the two.
+    not_comparable : why the run is not comparable (:func:`backtest.leakage.not_comparable_reasons`: the
+        guards and the test days on which the book could trade); empty when it is.
     ndcg_depth : the depth of ``ndcg`` (the portfolio's ``top_k``), shown in its label.
     index : what the ``index_*`` metrics compare with (``IndexReturns.description``); None: no index table.
     run_name, run_id : the tracked run, named on the page.
@@ -106,11 +108,15 @@ class RunEvidence:
     metrics: Mapping[str, float] = field(default_factory=dict)
     leak_guard: str = "unknown"
     feature_audit: str = "unknown"
-    comparable: bool = False
+    not_comparable: tuple[str, ...] = ("its guard verdicts are unknown",)
     ndcg_depth: int = DEFAULT_TOP_K
     index: str | None = None
     run_name: str | None = None
     run_id: str | None = None
+
+    @property
+    def comparable(self) -> bool:
+        return not self.not_comparable
 
 
 def rolling_min_days(periods_per_year: int = PERIODS_PER_YEAR) -> int:
@@ -298,8 +304,8 @@ def robustness_html(
         ""
         if evidence.comparable
         else (
-            "<p class='warn'>Not comparable: a leakage guard failed or was switched off. These numbers must not be "
-            "compared with other runs.</p>"
+            f"<p class='warn'>Not comparable: {html.escape('; '.join(evidence.not_comparable))}. These numbers "
+            "must not be compared with other runs.</p>"
         )
     )
     run = " ".join(

@@ -23,9 +23,10 @@ params        the flattened resolved config, dotted keys (``model.config.learnin
 metrics       headline metrics at step 0 (``sharpe``, ``max_drawdown``, ...); per-fold metrics
               ``fold/<name>`` with ``step`` = fold number, so the UI draws one curve per key
 tags          ``git_commit``, ``git_dirty``, ``data_fingerprint``, ``feature_fingerprint``,
-              ``pkg.<name>``, ``leak_guard``, ``feature_audit``, ``comparable``, ``leak_demo``,
-              ``study``, ``n_trials``, ``run_kind`` (``backtest`` or ``sweep``), ``error``
-              (failed runs)
+              ``pkg.<name>``, ``leak_guard``, ``feature_audit``, ``comparable`` (and
+              ``comparable_reason`` when it is false), ``leak_demo``, ``study``, ``n_trials``,
+              ``run_kind`` (``backtest`` or ``sweep``), ``host``, ``pid`` and ``owner`` (the
+              process that opened the run, :mod:`backtest.tracking.owner`), ``error`` (failed runs)
 artifacts     the paths of :data:`ARTIFACTS` (:class:`~backtest.tracking.layout.RunArtifacts`)
 ============  ===============================================================================
 

@@ -28,6 +28,7 @@ from mlflow.exceptions import MlflowException
 from backtest.errors import StoreUnavailableError, TrackingError, preview
 from backtest.provenance import Provenance, provenance_tags
 from backtest.tracking.layout import ARTIFACTS, COMPARE_IMAGES
+from backtest.tracking.owner import owner_state, process_owner
 from backtest.tracking.queries import RunKind, study_runs, sweep_runs
 from backtest.tracking.redaction import (
     MAX_TAG_VALUE_CHARS,
@@ -109,6 +110,9 @@ class Tracker:
         tags : more tags (redacted like params).
         """
         all_tags: dict[str, str] = {"run_kind": kind, "host": socket.gethostname(), "pid": str(os.getpid())}
+        owner = process_owner()  # what tells this process from any other (backtest.tracking.owner)
+        if owner is not None:
+            all_tags["owner"] = owner
         if parent_run_id is not None:
             self._check_parent(parent_run_id)
             all_tags["mlflow.parentRunId"] = parent_run_id
@@ -170,13 +174,16 @@ class Tracker:
     def end_stale_runs(self, config_key: str) -> list[str]:
         """End as FAILED the RUNNING runs of this configuration whose process is gone; return their ids.
 
-        A run killed with SIGKILL (or by a power cut) cannot end itself: it stays RUNNING. Before a
-        configuration (tag ``config_key``, see :func:`config_key`) runs again, its RUNNING runs started
-        on this host by a process that no longer exists are marked FAILED with the reason; the rerun
-        is a new run (a resumed one: its finished folds come from the checkpoints). Runs of another
-        host are left alone, with a warning: their process cannot be checked from here.
+        A run killed with SIGKILL cannot end itself: it stays RUNNING. Before a configuration (tag
+        ``config_key``, see :func:`config_key`) runs again, its RUNNING runs whose owner is gone (tag
+        ``owner``: no process of this kernel boot and pid namespace runs with its pid and start time,
+        :func:`backtest.tracking.owner.owner_state`), or is this very process, are marked FAILED with the
+        reason; the rerun is a new run (a resumed one: its finished folds come from the checkpoints).
+        Host names play no part: containers often share one. A run whose owner cannot be checked from
+        here (another machine or container, a boot before the last, or no ``owner`` tag: a run recorded
+        by an older version) is left alone, with a warning: it may still be running.
         """
-        host = socket.gethostname()
+        this_process = process_owner()
         try:
             runs = self.client.search_runs(
                 [self.experiment_id],
@@ -189,16 +196,20 @@ class Tracker:
         ended = []
         for stale in runs:
             tags = stale.data.tags
-            if tags.get("host") != host:
-                logger.warning(
-                    "run %s of this configuration is RUNNING on host %s: left as it is",
-                    stale.info.run_id,
-                    tags.get("host", "unknown"),
-                )
+            owner, host, pid = tags.get("owner"), tags.get("host", "unknown"), tags.get("pid", "unknown")
+            state = "gone" if owner is not None and owner == this_process else owner_state(owner)
+            if state == "live":
+                logger.warning("run %s of this configuration is still running (pid %s)", stale.info.run_id, pid)
                 continue
-            pid = int(tags.get("pid", "0") or 0)
-            if pid and pid != os.getpid() and _process_alive(pid):
-                logger.warning("run %s of this configuration is still running (pid %d)", stale.info.run_id, pid)
+            if state == "unknown":
+                logger.warning(
+                    "run %s of this configuration is RUNNING (host %s, pid %s, %s): its process cannot be "
+                    "checked from here, so it is left as it is",
+                    stale.info.run_id,
+                    host,
+                    pid,
+                    f"owner {owner}" if owner else "no owner tag: recorded by an older version",
+                )
                 continue
             TrackedRun(self, stale.info.run_id, stale.info.run_name).end(
                 "FAILED", error=f"interrupted: its process (pid {pid} on {host}) ended without closing the run"
@@ -314,17 +325,16 @@ class TrackedRun:
     def log_provenance(self, provenance: Provenance) -> dict[str, str]:
         """Set the provenance and guard tags (:func:`provenance_tags`); return them.
 
-        Logs a warning when the run is not comparable, saying which guard is why.
+        Logs a warning when the run is not comparable, saying why (tag ``comparable_reason``).
         """
         tags = provenance_tags(provenance, self.tracker.project_dir)
         self.set_tags(tags)
         if not provenance.comparable:
             logger.warning(
-                "run %s is tagged comparable=false (leak_guard=%s, feature_audit=%s, leak_demo=%s): "
-                "its metrics must not be compared with other runs",
+                "run %s is tagged comparable=false (%s; leak_demo=%s): its metrics must not be compared with "
+                "other runs",
                 self.run_id,
-                provenance.leak_guard,
-                provenance.feature_audit,
+                tags["comparable_reason"],
                 provenance.leak_demo,
             )
         return tags
@@ -604,16 +614,6 @@ def store_unavailable(exc: BaseException) -> bool:
         "unable to open database",
     )
     return any(marker in text for marker in markers)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from backtest import metrics
+from backtest.leakage import not_comparable_reasons
 from backtest.reports.summary import RunSummary, summary_text
 
 DATES = pd.bdate_range("2024-01-02", periods=250)
@@ -19,7 +20,7 @@ RUN = RunSummary(
     ndcg_depth=3,
     leak_guard="passed",
     feature_audit="disabled",
-    comparable=False,
+    not_comparable=not_comparable_reasons("passed", "disabled", tradable_days=250, test_days=250),
     run_id="abc",
     tearsheet_uri="file:///x/reports/tearsheet.html",
     ui="http://ui",

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from backtest.errors import DataContractError
+from backtest.leakage import not_comparable_reasons
 from backtest.reports.returns import check_daily_returns
 from backtest.reports.tearsheet import (
     RunEvidence,
@@ -173,7 +174,7 @@ EVIDENCE = RunEvidence(
     },  # the key of old runs is not read
     leak_guard="passed",
     feature_audit="passed",
-    comparable=True,
+    not_comparable=(),
     ndcg_depth=5,
     run_name="lambdarank-all",
     run_id="0123abcd",
@@ -230,7 +231,8 @@ def test_two_year_tearsheet_keeps_quantstats_rolling_charts(tmp_path: Path) -> N
 
 
 def test_fallback_tearsheet_has_the_same_block_and_a_not_comparable_run_says_so() -> None:
-    failed = dataclasses.replace(EVIDENCE, leak_guard="disabled", comparable=False)
+    reasons = not_comparable_reasons("disabled", "passed", tradable_days=240, test_days=240)
+    failed = dataclasses.replace(EVIDENCE, leak_guard="disabled", not_comparable=reasons)
     page = fallback_html(STRATEGY, BENCHMARK, "lambdarank-LEAK-DEMO", evidence=failed)
     assert "<title>lambdarank-LEAK-DEMO: test 2023-01-02..2023-12-15</title>" in page
     block = page.index("<section id='robustness'>")
@@ -239,12 +241,12 @@ def test_fallback_tearsheet_has_the_same_block_and_a_not_comparable_run_says_so(
         assert block < page.index(row) < page.index("Key Performance Metrics"), row
     assert "<tr><td>leak guard</td><td class='fail'>disabled</td></tr>" in page
     assert "<tr><td>comparable</td><td class='fail'>NO</td></tr>" in page
-    assert "Not comparable: a leakage guard failed or was switched off" in page
+    assert "Not comparable: a leakage guard failed or was switched off (leak_guard=disabled, " in page
 
 
 def test_missing_metrics_show_a_dash_and_no_evidence_says_so() -> None:
     block = robustness_html(
-        RunEvidence(metrics={"sharpe": float("nan")}, leak_guard="passed", feature_audit="passed", comparable=True)
+        RunEvidence(metrics={"sharpe": float("nan")}, leak_guard="passed", feature_audit="passed", not_comparable=())
     )
     assert "<tr><td>full test period</td><td>-</td><td>-</td></tr>" in block
     assert "<tr><td>Sharpe 95% interval (block bootstrap)</td><td>[-, -]</td></tr>" in block

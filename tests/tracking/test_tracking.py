@@ -247,6 +247,21 @@ def test_comparable_exactly_when_both_guards_passed(
     assert tags["leak_guard"] == leak_guard
     assert tags["feature_audit"] == feature_audit
     assert tags["leak_demo"] == ("true" if leak_demo else "false")
+    assert ("comparable_reason" in tags) == (comparable == "false")
+
+
+@pytest.mark.parametrize(
+    ("tradable_days", "comparable"),
+    [(123, "true"), (111, "true"), (110, "false"), (6, "false")],  # 90% of 123 days is 110.7
+)
+def test_comparable_only_when_the_book_could_trade_on_90_percent_of_the_test_days(
+    tmp_path: Path, tradable_days: int, comparable: str
+) -> None:
+    provenance = Provenance("d", "f", "passed", "passed", tradable_days=tradable_days, test_days=123)
+    tags = provenance_tags(provenance, tmp_path)
+    assert tags["comparable"] == comparable
+    if comparable == "false":
+        assert tags["comparable_reason"].startswith(f"the book could trade on {tradable_days} of 123 test days (")
 
 
 @pytest.mark.parametrize(
