@@ -90,9 +90,12 @@ def _unknown_option(exc: MissingConfigException) -> ConfigError:
         return ConfigError(f"{_first_line(exc)}\n  fix: check the option names; conf/ holds one folder per group")
     group, option = missing.group(1).rsplit("/", 1)
     close = difflib.get_close_matches(option, options, n=1)
+    typed = next(  # as the user wrote the group: +study=... adds a group that the defaults do not list
+        (t.split("=", 1)[0] for t in _command_line_overrides() if t.split("=", 1)[0].lstrip("+~") == group), group
+    )
     return ConfigError(
-        f"unknown option {group}={option}: the group '{group}' has {', '.join(options)} (conf/{group}/)"
-        f"\n  fix: {group}={close[0] if close else options[0]}, or another option listed"
+        f"unknown option {typed}={option}: the group '{group}' has {', '.join(options)} (conf/{group}/)"
+        f"\n  fix: {typed}={close[0] if close else options[0]}, or another option listed"
     )
 
 

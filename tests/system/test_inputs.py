@@ -34,7 +34,7 @@ from backtest.splits import RollingSchedule
 from backtest.tracking.redaction import flatten_config, is_secret_key, redact_uri
 from backtest.tracking.store import ENV_PASSWORD, ENV_USERNAME, _check_server, resolve_tracking_uri
 from models.lambdarank import LambdaRankConfig, LambdaRankRanker
-from tests.system.tiny_market import TINY_MARKET, main_job
+from tests.system.tiny_market import TINY, TINY_MARKET, main_job
 
 
 def _refused(proc: subprocess.CompletedProcess, *words: str) -> str:
@@ -76,6 +76,22 @@ def test_a_key_an_experiment_sets_names_the_experiment(tmp_path: Path) -> None:
         "data=csv",
         "~data.n_stocks ~data.n_members ~data.start",
     )
+
+
+@pytest.mark.parametrize(
+    "override,words",
+    [
+        ("experiment=smok", ["unknown option experiment=smok", "leak_demo, smoke, weekly", "fix: experiment=smoke"]),
+        ("+study=volatilty", ["unknown option +study=volatilty", "moneyflow", "fix: +study=volatility"]),
+    ],
+)
+def test_an_unknown_experiment_or_study_is_refused_before_any_work(
+    tmp_path: Path, override: str, words: list[str]
+) -> None:
+    store = tmp_path / "x.db"
+    err = _refused(main_job([*TINY, override, f"tracking.uri=sqlite:///{store}"], tmp_path), *words)
+    assert len(err.strip().splitlines()) == 2  # the error and its fix
+    assert not (tmp_path / "run").exists() and not store.exists()
 
 
 # --------------------------------------------------------------------------------------------------
