@@ -94,6 +94,24 @@ def test_an_unknown_experiment_or_study_is_refused_before_any_work(
     assert not (tmp_path / "run").exists() and not store.exists()
 
 
+@pytest.mark.parametrize(
+    "override,words",
+    [
+        ("seed=abc", ["seed: expected a number", "the text 'abc'", "fix: seed=42"]),
+        ("data.n_stocks=abc", ["data.n_stocks: expected a number", "the text 'abc'", "fix: data.n_stocks=460"]),
+        ("portfolio.top_k='5'", ["portfolio.top_k: expected a number", "the text '5'", "fix: portfolio.top_k=5"]),
+        ("engine.checkpoints=yes", ["engine.checkpoints: expected true or false", "fix: engine.checkpoints=true"]),
+    ],
+)
+def test_text_where_the_config_holds_a_number_is_refused_in_one_line(
+    tmp_path: Path, override: str, words: list[str]
+) -> None:
+    store = tmp_path / "x.db"
+    err = _refused(main_job([override, f"tracking.uri=sqlite:///{store}"], tmp_path), *words)
+    assert len(err.strip().splitlines()) == 2  # the error and its fix
+    assert not store.exists()
+
+
 # --------------------------------------------------------------------------------------------------
 # Engine options
 
