@@ -196,6 +196,22 @@ def test_a_benchmark_file_that_cannot_serve_exits_2_before_any_work(
     assert not store.exists()  # refused before the store was touched (and so before any model was fit)
 
 
+@pytest.mark.parametrize("kind,words", [("fifo", ["a FIFO (named pipe)"]), ("device", ["a character device"])])
+def test_a_data_path_that_is_not_a_regular_file_is_named_for_what_it_is(
+    tmp_path: Path, kind: str, words: list[str]
+) -> None:
+    if kind == "fifo":
+        path = tmp_path / "panel.csv"
+        os.mkfifo(path)  # opening it to read would wait for a writer forever
+    else:
+        path = Path("/dev/zero")
+    store = tmp_path / "x.db"
+    proc = main_job(["data=csv", f"data.path={path}", f"tracking.uri=sqlite:///{store}"], tmp_path)
+    err = _refused(proc, f"panel path {path} is ", *words, "not a regular file", "fix: data.path=")
+    assert "not found" not in err
+    assert not store.exists()
+
+
 # --------------------------------------------------------------------------------------------------
 # Universes the top-k book cannot trade in, refused before the audit and the features
 
