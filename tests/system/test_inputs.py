@@ -388,8 +388,33 @@ def test_a_secret_override_is_refused_before_hydra_writes_it(tmp_path: Path, ove
     assert not (tmp_path / "run").exists() and not (tmp_path / "x.db").exists()
 
 
+@pytest.mark.parametrize(
+    "override",
+    [
+        "++model.config.extra={password:abc123secret}",
+        "+model.config.extra={db:{pw:abc123secret}}",
+        "+model.config.extra.pw=abc123secret",
+        "++model.config.extra={dsn:'postgresql://bob:abc123secret@db/x'}",
+    ],
+)
+def test_a_secret_in_an_added_key_or_a_nested_value_is_refused_before_hydra_writes_it(
+    tmp_path: Path, override: str
+) -> None:
+    store = tmp_path / "x.db"
+    err = _refused(main_job([*TINY, override, f"tracking.uri=sqlite:///{store}"], tmp_path), "fix: ", "environment")
+    assert "abc123secret" not in err
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert not any("abc123secret" in p.read_text(errors="replace") for p in written), written
+    assert not (tmp_path / "run").exists() and not store.exists()
+
+
 def test_a_secret_read_from_the_environment_is_not_refused() -> None:
-    argv = ["+data.token=${oc.env:MY_TOKEN}", "data.path=/home/u/pass=1/p.csv", "seed=1"]
+    argv = [
+        "+data.token=${oc.env:MY_TOKEN}",
+        "++model.config.extra={password:${oc.env:MY_TOKEN},num_leaves:7}",
+        "data.path=/home/u/pass=1/p.csv",
+        "seed=1",
+    ]
     assert keep_secrets_off_the_command_line(argv) == (argv, None)
     for secret in ("tracking.password=x", "++db.pwd=x", "+tushare.api_key=x", "tracking.uri=http://h/?token=x"):
         _, refused = keep_secrets_off_the_command_line([secret])
