@@ -4,7 +4,7 @@
 
     <checkpoint_dir>/<run_key>/fold_0000.npz   meta (fold, code fingerprint, importance, metrics,
                               fold_0001.npz   checksum algorithm), scores, rows, model/<files of
-                              ...             ranker.save> for a stateful ranker, checksum
+                              ...             ranker.save, secrets redacted> for a stateful ranker, checksum
 
 The run key (:func:`run_key`) hashes everything a fold's outcome depends on, the code fingerprint
 (:func:`backtest.code_fingerprint.code_fingerprint`) included, so changed code or packages never resume from what
@@ -127,7 +127,8 @@ class Checkpoints:
                 ranker.save(tmp)
                 for file in sorted(p for p in Path(tmp).rglob("*") if p.is_file()):
                     name = MODEL_PREFIX + file.relative_to(tmp).as_posix()
-                    arrays[name] = np.frombuffer(file.read_bytes(), dtype=np.uint8)
+                    data = _without_secrets(file.read_bytes()) if file.suffix == ".json" else file.read_bytes()
+                    arrays[name] = np.frombuffer(data, dtype=np.uint8)
         arrays["checksum"] = np.frombuffer(unit_checksum(arrays).encode(), dtype=np.uint8)
         tmp_path = self.directory / f".fold_{outcome.fold:04d}.{os.getpid()}.tmp.npz"
         np.savez_compressed(tmp_path, **arrays)  # a warm-started booster's text compresses well
@@ -192,6 +193,16 @@ class Checkpoints:
                 path.unlink(missing_ok=True)
             except PermissionError:  # alive, another user's
                 pass
+
+
+def _without_secrets(metadata: bytes) -> bytes:
+    """A ranker's JSON metadata with the values of its secret config keys replaced by ``***``
+    (:func:`backtest.tracking.redaction.redact_config`, the rule of the run's params): a unit never stores a
+    password, even one read from the environment. A resumed warm start takes the fitted state from the unit
+    (:meth:`Ranker.adopt_state`) and keeps the config of the run that resumes it."""
+    from backtest.tracking.redaction import redact_config
+
+    return json.dumps(redact_config(json.loads(metadata)), indent=2).encode()
 
 
 def unit_checksum(arrays: dict[str, np.ndarray]) -> str:

@@ -241,6 +241,24 @@ def test_warm_start_resume_is_identical(tiny_panel, tmp_path: Path) -> None:
     pd.testing.assert_series_equal(resumed.scores, straight.scores)
 
 
+def test_a_warm_start_checkpoint_stores_no_secret_of_the_model_config(tiny_panel, tmp_path: Path) -> None:
+    def warm():  # a secret as LightGBM would get it, e.g. model.config.extra.password='${oc.env:LGB_PASSWORD}'
+        return small_ranker(warm_start=True, warm_start_rounds=10, extra={"password": "abc123secret"})
+
+    straight = backtest(tiny_panel, factory=warm, checkpoint_dir=tmp_path)
+    units = sorted(tmp_path.rglob("fold_*.npz"))
+    assert len(units) == len(straight.records) > 2
+    for unit in units:
+        with np.load(unit) as arrays:
+            stored = {name: arrays[name].tobytes() for name in arrays.files}
+        assert any(name.startswith("model/") for name in stored)  # the warm-start state is there
+        assert not [name for name, data in stored.items() if b"abc123secret" in data], unit
+    units[-2].unlink()  # the next-to-last fold is refit from the state saved before it, then the last resumes
+    resumed = backtest(tiny_panel, factory=warm, checkpoint_dir=tmp_path)
+    assert resumed.resumed_folds == len(resumed.records) - 1
+    pd.testing.assert_series_equal(resumed.scores, straight.scores)
+
+
 def test_purge_cannot_be_switched_off_silently() -> None:
     with pytest.raises(ConfigError, match="leak_demo"):
         RollingSchedule(**SCHEDULE, purge=False)

@@ -30,7 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 from backtest import PROJECT_DIR
 from backtest.cli.argv import keep_secrets_off_the_command_line
 from backtest.cli.compose import CONF_DIR, build_parts, load_benchmark, load_panel, run_identity
-from backtest.cli.errors import refuse, user_error
+from backtest.cli.errors import refuse, text_in_a_number, user_error
 from backtest.cli.progress import FoldProgress, log_stage_seconds, stop_on_signals
 from backtest.cli.summary import print_summary
 from backtest.cli.sweep import sweep_trial
@@ -43,6 +43,9 @@ log = logging.getLogger("backtest")
 def run(cfg: DictConfig) -> dict[str, Any]:
     """The main job: compose, build, run under the guards, record in MLflow, print the summary."""
     stop_on_signals()
+    mistyped = text_in_a_number(cfg)
+    if mistyped is not None:
+        raise mistyped
     trial = sweep_trial(cfg)
     from backtest.data.synthetic import oracle_scores
     from backtest.engine import plan_backtest, run_backtest

@@ -9,6 +9,12 @@ environment variable that should carry it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep
+from hydra.errors import HydraException
 
 from backtest.errors import ConfigError
 
@@ -22,7 +28,9 @@ def keep_secrets_off_the_command_line(argv: list[str]) -> tuple[list[str], Confi
     environment variables (``backtest.tracking.store.take_credentials``) and Hydra sees the plain URI.
     Any other override whose key names a secret (``+data.token=...``; an ``${oc.env:NAME}`` value is
     fine: it is saved unresolved) or whose value carries a password (``postgresql://u:pw@db``,
-    ``?password=``) is refused. Returns the command line to hand to Hydra and the refusal, if any.
+    ``?password=``) is refused, whether it sets, adds (``+``, ``++``) or sweeps the key, and so is a secret
+    inside a mapping or list value (``++model.config.extra={password:x}``). Returns the command line to
+    hand to Hydra and the refusal, if any.
     """
     from backtest.tracking.redaction import is_secret_key, redact_uri
 
@@ -30,24 +38,54 @@ def keep_secrets_off_the_command_line(argv: list[str]) -> tuple[list[str], Confi
     for i, text in enumerate(argv):
         if text.startswith("-") or "=" not in text:
             continue
-        key, value = text.split("=", 1)
-        key = key.lstrip("+~").split("@", 1)[0]
+        written, value = text.split("=", 1)
+        key = written.lstrip("+~").split("@", 1)[0]
         if key == "tracking.uri" and re.match(r"(?i)https?://[^/?#]*@", value):
             from backtest.tracking.store import take_credentials
 
-            out[i] = f"{text.split('=', 1)[0]}={take_credentials(value)}"
+            out[i] = f"{written}={take_credentials(value)}"
             continue
-        if is_secret_key(key) and not _ENV_INTERPOLATION.fullmatch(value):
-            return argv, ConfigError(
-                f"the override {key}=... puts a secret on the command line; Hydra would save it in plain text in "
-                "the run's .hydra/ folder (overrides.yaml, config.yaml)\n  fix: keep it in an environment variable "
-                f"and read it from there, e.g. {text.split('=', 1)[0]}='${{oc.env:MY_SECRET}}' (saved unresolved); "
-                "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD for an MLflow server, TUSHARE_TOKEN for Tushare"
-            )
-        if redact_uri(value) != value:
-            return argv, ConfigError(
-                f"the override {redact_uri(text)} carries a password; Hydra would save it in plain text in the run's "
-                ".hydra/ folder\n  fix: give the address without it and the password in the environment (PGPASSWORD "
-                "or ~/.pgpass for PostgreSQL; MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD for an MLflow server)"
-            )
+        for leaf_key, leaf in _leaves(key, _parsed_value(text, value)):
+            if is_secret_key(leaf_key) and not _ENV_INTERPOLATION.fullmatch(leaf):
+                prefix = written[: len(written) - len(written.lstrip("+~"))] or "+" * (leaf_key != key)
+                return argv, ConfigError(
+                    f"the override {key}=... puts a secret ({leaf_key}) on the command line; Hydra would save it in "
+                    "plain text in the run's .hydra/ folder (overrides.yaml, config.yaml)\n  fix: keep it in an "
+                    f"environment variable and read it from there, e.g. {prefix}{leaf_key}='${{oc.env:MY_SECRET}}' "
+                    "(saved unresolved); MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD for an MLflow server, "
+                    "TUSHARE_TOKEN for Tushare"
+                )
+            if redact_uri(leaf) != leaf:
+                return argv, ConfigError(
+                    f"the override {written}=... carries a password ({leaf_key}={redact_uri(leaf)}); Hydra would save "
+                    "it in plain text in the run's .hydra/ folder\n  fix: give the address without it and the "
+                    "password in the environment (PGPASSWORD or ~/.pgpass for PostgreSQL; MLFLOW_TRACKING_USERNAME / "
+                    "MLFLOW_TRACKING_PASSWORD for an MLflow server)"
+                )
     return out, None
+
+
+def _parsed_value(text: str, value: str) -> Any:
+    """The value of the override ``text`` as Hydra reads it (a mapping, a list, a sweep's choices), or
+    ``value`` as written when it does not parse (Hydra then refuses it before it writes anything)."""
+    try:
+        parsed = OverridesParser.create().parse_override(text).value()
+    except HydraException:
+        return value
+    return list(parsed.list) if isinstance(parsed, ChoiceSweep) else parsed
+
+
+def _leaves(key: str, value: Any) -> Iterator[tuple[str, str]]:
+    """Every text inside ``value`` with its dotted key (a list's items keep the list's key).
+
+    >>> list(_leaves("model.config.extra", {"password": "x", "depth": 3, "urls": ["a"]}))
+    [('model.config.extra.password', 'x'), ('model.config.extra.depth', '3'), ('model.config.extra.urls', 'a')]
+    """
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _leaves(f"{key}.{k}", v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _leaves(key, v)
+    else:
+        yield key, "" if value is None else str(value)

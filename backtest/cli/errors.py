@@ -66,6 +66,50 @@ def user_error(exc: BaseException, cfg: DictConfig | None = None) -> BacktestErr
     return None
 
 
+def text_in_a_number(cfg: DictConfig) -> ConfigError | None:
+    """An override of this job that gives text where the config holds a number or a boolean (``seed=abc``,
+    ``data.n_stocks=abc``, ``engine.checkpoints=yes``), as one line with a fix; None when there is none.
+
+    Hydra takes any text for any key; the part that reads the value would fail later with a traceback (or
+    read any text as true). What the config holds is found by composing it again without the job's
+    text-valued keys (its group choices kept), so that every numeric key is checked, whichever group or
+    experiment sets it; a value is judged as it resolves in ``cfg``, the job's config. Call it inside the
+    Hydra job, before anything is built.
+    """
+    from hydra import compose
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    texts: dict[str, str] = {}
+    keep: list[str] = []
+    for override in OverridesParser.create().parse_overrides(list(HydraConfig.get().overrides.task)):
+        key = override.key_or_group
+        value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+        if isinstance(value, str) and not override.is_delete() and not (Path(CONF_DIR) / key).is_dir():
+            texts[key] = value  # resolved: ${oc.env:SEED} is judged by the text it gives
+        else:
+            keep.append(override.input_line)
+    if not texts:
+        return None
+    try:
+        held_by_config = compose(config_name="config", overrides=keep)
+    except Exception:  # only a check: the part that reads the value still refuses it
+        return None
+    for key, value in texts.items():
+        held = OmegaConf.select(held_by_config, key, default=None, throw_on_resolution_failure=False)
+        if isinstance(held, bool):
+            expected, fix = "true or false", f"{key}={str(held).lower()} or {key}={str(not held).lower()}"
+        elif isinstance(held, (int, float)):
+            expected, fix = "a number", f"{key}={held}, or another number (unquoted)"
+        else:
+            continue
+        return ConfigError(
+            f"{key}: expected {expected} (the config holds {held!r}), received the text {value!r}\n  fix: {fix}"
+        )
+    return None
+
+
 def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__
 
@@ -90,9 +134,12 @@ def _unknown_option(exc: MissingConfigException) -> ConfigError:
         return ConfigError(f"{_first_line(exc)}\n  fix: check the option names; conf/ holds one folder per group")
     group, option = missing.group(1).rsplit("/", 1)
     close = difflib.get_close_matches(option, options, n=1)
+    typed = next(  # as the user wrote the group: +study=... adds a group that the defaults do not list
+        (t.split("=", 1)[0] for t in _command_line_overrides() if t.split("=", 1)[0].lstrip("+~") == group), group
+    )
     return ConfigError(
-        f"unknown option {group}={option}: the group '{group}' has {', '.join(options)} (conf/{group}/)"
-        f"\n  fix: {group}={close[0] if close else options[0]}, or another option listed"
+        f"unknown option {typed}={option}: the group '{group}' has {', '.join(options)} (conf/{group}/)"
+        f"\n  fix: {typed}={close[0] if close else options[0]}, or another option listed"
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import logging
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +44,12 @@ def read_table(path: str | Path, what: str = "panel", encoding: str = "utf-8") -
             f"with data=tushare data.directory={path})"
         )
     if not path.is_file():
+        found = not_a_file(path)
+        if found != "not found":
+            raise DataContractError(
+                f"{what} path {path} {found}\n  fix: data.path=/abs/path/panel.parquet, a regular .parquet or "
+                ".csv file (write a stream into a file first)"
+            )
         raise DataContractError(
             f"{what} file not found: {path}\n  fix: pass an existing file, e.g. data.path=/abs/path/panel.parquet "
             "(relative paths resolve against the directory you run from)"
@@ -64,6 +71,27 @@ def read_table(path: str | Path, what: str = "panel", encoding: str = "utf-8") -
         raise DataContractError(
             f"{path}: cannot be read as {fmt} ({exc})\n  fix: check the file is a complete {fmt} export"
         ) from None
+
+
+def not_a_file(path: Path) -> str:
+    """What ``path`` is when it is not a regular file, as the end of a sentence ("is a directory", "is a FIFO
+    (named pipe), not a regular file", "not found"); it is never opened (a FIFO would wait for a writer).
+
+    >>> not_a_file(Path("/dev/null"))
+    'is a character device, not a regular file'
+    """
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "not found"
+    kinds = (
+        (stat.S_ISDIR, "is a directory"),
+        (stat.S_ISFIFO, "is a FIFO (named pipe), not a regular file"),
+        (stat.S_ISCHR, "is a character device, not a regular file"),
+        (stat.S_ISBLK, "is a block device, not a regular file"),
+        (stat.S_ISSOCK, "is a socket, not a regular file"),
+    )
+    return next((kind for test, kind in kinds if test(mode)), "is not a regular file")
 
 
 def _encoding_error(path: Path, encoding: str, exc: UnicodeDecodeError) -> DataContractError:
@@ -196,8 +224,7 @@ def read_index_series(path: str | Path, encoding: str = "utf-8") -> pd.DataFrame
         "columns), or data.benchmark_path=null for the float-cap-weighted index of the panel's universe"
     )
     if not path.is_file():
-        what = "is a directory" if path.is_dir() else "not found"
-        raise DataContractError(f"data.benchmark_path: the benchmark file {what}: {path}\n{fix}")
+        raise DataContractError(f"data.benchmark_path: the benchmark file {not_a_file(path)}: {path}\n{fix}")
     table = read_table(path, "benchmark", encoding)
     date_col = next((c for c in ("date", "trade_date") if c in table.columns), None)
     values = [c for c in INDEX_SERIES_COLUMNS if c in table.columns]

@@ -6,9 +6,12 @@ When the MLflow server stops answering while a backtest is being recorded,
 redacted>``, and says so. Once the server is back::
 
     python -m backtest.tracking sync --to http://host:5000          # every pending run, then marked synced
+    python -m backtest.tracking sync --to http://user:password@host:5000   # a server behind a login
 
 copies each pending run (params, every metric's full history, tags, artifacts, status and times) into
-the experiment of the same name on the server and tags the local copy ``synced_to=<new run id>``.
+the experiment of the same name on the server and tags the local copy ``synced_to=<new run id>``. The
+server's URI is resolved as a run's ``tracking.uri`` is (:func:`backtest.tracking.store.resolve_tracking_uri`):
+a login in it goes to MLflow's environment variables and is never printed.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from mlflow.entities import Metric, Param, RunTag
 
 from backtest.errors import BacktestError
 from backtest.tracking.redaction import redact_uri
-from backtest.tracking.store import prepare_store
+from backtest.tracking.store import prepare_store, resolve_tracking_uri
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sync = sub.add_parser("sync", help="copy every run tagged pending_sync=true, then mark it synced")
-    sync.add_argument("--to", required=True, dest="target", help="the tracking server, e.g. http://host:5000")
+    sync.add_argument(
+        "--to",
+        required=True,
+        dest="target",
+        help="the tracking server, e.g. http://host:5000 or http://user:pw@host:5000",
+    )
     sync.add_argument(
         "--from",
         dest="source",
@@ -115,14 +123,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nothing to sync: {args.source} does not exist", file=sys.stderr)
         return 0
     try:
-        pairs = sync_runs(args.source, args.target)
+        target = resolve_tracking_uri(args.target, PROJECT_DIR)  # a login in the URI goes where runs put it
+        pairs = sync_runs(args.source, target)
     except BacktestError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {redact_uri(str(exc))}", file=sys.stderr)
         return 2
     except Exception as exc:  # the server is still away, or refused: the runs stay pending
-        print(f"error: sync to {redact_uri(args.target)} failed, the runs stay pending: {exc}", file=sys.stderr)
+        print(
+            f"error: sync to {redact_uri(args.target)} failed, the runs stay pending: {redact_uri(str(exc))}",
+            file=sys.stderr,
+        )
         return 2
     for source_id, target_id in pairs:
         print(f"{source_id} -> {target_id}")
-    print(f"{len(pairs)} run(s) synced to {redact_uri(args.target)}")
+    print(f"{len(pairs)} run(s) synced to {redact_uri(target)}")
     return 0

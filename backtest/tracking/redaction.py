@@ -21,12 +21,12 @@ MAX_PARAM_VALUE_CHARS = 6000
 MAX_TAG_VALUE_CHARS = 8000
 
 # A key names a secret when it contains one of the long words anywhere (``db_password``, ``tushareToken``,
-# ``credentials``), or one of the short words ``pwd``, ``pass``, ``auth`` as a word of its own
-# (``db.pwd``, ``basic_auth``, ``dbPass``) so that ``author`` or ``bypass`` stay visible.
+# ``credentials``), or one of the short words ``pw``, ``pwd``, ``pass``, ``auth`` as a word of its own
+# (``db.pw``, ``basic_auth``, ``dbPass``) so that ``author``, ``bypass`` or ``upward`` stay visible.
 SECRET_KEY_PATTERN = re.compile(
     r"(?i:token|passw(?:or)?d|passphrase|secret|api[_-]?key|access[_-]?key|private[_-]?key|credential"
     r"|authorization)"
-    r"|(?:(?<![A-Za-z])(?i:pwd|pass|auth)|(?<=[a-z])(?:Pwd|Pass|Auth))(?![a-z])"
+    r"|(?:(?<![A-Za-z])(?i:pwd?|pass|auth)|(?<=[a-z])(?:Pwd?|Pass|Auth))(?![a-z])"
 )
 # scheme://user:password@host -> scheme://user:***@host (the user name stays: it says who logged in). A
 # password may hold '/', '@' or spaces when it was not percent-encoded: the LAST '@' that is followed by
@@ -61,8 +61,8 @@ def redact_uri(value: str) -> str:
 
 
 def is_secret_key(key: str) -> bool:
-    """True when a (dotted) config key names a secret: token, password / passwd / pwd / pass, passphrase,
-    secret, api_key, access_key, private_key, credential(s), auth / authorization.
+    """True when a (dotted) config key names a secret: token, password / passwd / pwd / pw / pass,
+    passphrase, secret, api_key, access_key, private_key, credential(s), auth / authorization.
 
     >>> [is_secret_key(k) for k in ("db.pwd", "tracking.auth", "ssh.passphrase", "author", "engine.n_jobs")]
     [True, True, True, False, False]

@@ -27,6 +27,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -119,7 +120,7 @@ def server_command(
 def ui_command(uri: str, project_dir: Path | str = PROJECT_DIR) -> str:
     """How to browse the store ``uri`` in MLflow's UI, as one line to print: a server's own address; for a
     database store the command that serves it (:func:`serve`: :func:`server_command` run with
-    :func:`server_env`), ``make ui`` for the project's own store.
+    :func:`server_env`), its URI shell-quoted, ``make ui`` for the project's own store.
 
     >>> ui_command("http://mlflow.team:5000")
     'http://mlflow.team:5000'
@@ -132,7 +133,7 @@ def ui_command(uri: str, project_dir: Path | str = PROJECT_DIR) -> str:
         return redact_uri(uri)
     if uri == resolve_tracking_uri(None, project_dir):
         return "make ui"
-    return f"python -m backtest.tracking.ui serve --uri {redact_uri(uri)}"
+    return f"python -m backtest.tracking.ui serve --uri {shlex.quote(redact_uri(uri))}"  # pasted into a shell
 
 
 def server_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -11,16 +11,19 @@ import base64
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from mlflow.tracking import MlflowClient
 
 import backtest.engine as engine
 from backtest.cli.argv import keep_secrets_off_the_command_line
@@ -34,7 +37,7 @@ from backtest.splits import RollingSchedule
 from backtest.tracking.redaction import flatten_config, is_secret_key, redact_uri
 from backtest.tracking.store import ENV_PASSWORD, ENV_USERNAME, _check_server, resolve_tracking_uri
 from models.lambdarank import LambdaRankConfig, LambdaRankRanker
-from tests.system.tiny_market import TINY_MARKET, main_job
+from tests.system.tiny_market import TINY, TINY_MARKET, main_job
 
 
 def _refused(proc: subprocess.CompletedProcess, *words: str) -> str:
@@ -76,6 +79,40 @@ def test_a_key_an_experiment_sets_names_the_experiment(tmp_path: Path) -> None:
         "data=csv",
         "~data.n_stocks ~data.n_members ~data.start",
     )
+
+
+@pytest.mark.parametrize(
+    "override,words",
+    [
+        ("experiment=smok", ["unknown option experiment=smok", "leak_demo, smoke, weekly", "fix: experiment=smoke"]),
+        ("+study=volatilty", ["unknown option +study=volatilty", "moneyflow", "fix: +study=volatility"]),
+    ],
+)
+def test_an_unknown_experiment_or_study_is_refused_before_any_work(
+    tmp_path: Path, override: str, words: list[str]
+) -> None:
+    store = tmp_path / "x.db"
+    err = _refused(main_job([*TINY, override, f"tracking.uri=sqlite:///{store}"], tmp_path), *words)
+    assert len(err.strip().splitlines()) == 2  # the error and its fix
+    assert not (tmp_path / "run").exists() and not store.exists()
+
+
+@pytest.mark.parametrize(
+    "override,words",
+    [
+        ("seed=abc", ["seed: expected a number", "the text 'abc'", "fix: seed=42"]),
+        ("data.n_stocks=abc", ["data.n_stocks: expected a number", "the text 'abc'", "fix: data.n_stocks=460"]),
+        ("portfolio.top_k='5'", ["portfolio.top_k: expected a number", "the text '5'", "fix: portfolio.top_k=5"]),
+        ("engine.checkpoints=yes", ["engine.checkpoints: expected true or false", "fix: engine.checkpoints=true"]),
+    ],
+)
+def test_text_where_the_config_holds_a_number_is_refused_in_one_line(
+    tmp_path: Path, override: str, words: list[str]
+) -> None:
+    store = tmp_path / "x.db"
+    err = _refused(main_job([override, f"tracking.uri=sqlite:///{store}"], tmp_path), *words)
+    assert len(err.strip().splitlines()) == 2  # the error and its fix
+    assert not store.exists()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -160,6 +197,22 @@ def test_a_benchmark_file_that_cannot_serve_exits_2_before_any_work(
     proc = main_job([*TINY_MARKET, f"data.benchmark_path={path}", f"tracking.uri=sqlite:///{store}"], tmp_path)
     _refused(proc, *words)
     assert not store.exists()  # refused before the store was touched (and so before any model was fit)
+
+
+@pytest.mark.parametrize("kind,words", [("fifo", ["a FIFO (named pipe)"]), ("device", ["a character device"])])
+def test_a_data_path_that_is_not_a_regular_file_is_named_for_what_it_is(
+    tmp_path: Path, kind: str, words: list[str]
+) -> None:
+    if kind == "fifo":
+        path = tmp_path / "panel.csv"
+        os.mkfifo(path)  # opening it to read would wait for a writer forever
+    else:
+        path = Path("/dev/zero")
+    store = tmp_path / "x.db"
+    proc = main_job(["data=csv", f"data.path={path}", f"tracking.uri=sqlite:///{store}"], tmp_path)
+    err = _refused(proc, f"panel path {path} is ", *words, "not a regular file", "fix: data.path=")
+    assert "not found" not in err
+    assert not store.exists()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -250,7 +303,16 @@ def test_redact_uri_hides_every_password(raw: str, redacted: str) -> None:
         ("tushare.token", True),
         ("api-key", True),
         ("db.password", True),
+        ("pw", True),
+        ("db.pw", True),
+        ("dbPw", True),
+        ("model.config.extra.pw", True),
+        ("passwd", True),
+        ("apikey", True),
+        ("secret", True),
+        ("credentials", True),
         ("author", False),
+        ("upward_drift", False),
         ("bypass", False),
         ("engine.audit_cutoffs", False),
         ("portfolio.top_k", False),
@@ -329,8 +391,33 @@ def test_a_secret_override_is_refused_before_hydra_writes_it(tmp_path: Path, ove
     assert not (tmp_path / "run").exists() and not (tmp_path / "x.db").exists()
 
 
+@pytest.mark.parametrize(
+    "override",
+    [
+        "++model.config.extra={password:abc123secret}",
+        "+model.config.extra={db:{pw:abc123secret}}",
+        "+model.config.extra.pw=abc123secret",
+        "++model.config.extra={dsn:'postgresql://bob:abc123secret@db/x'}",
+    ],
+)
+def test_a_secret_in_an_added_key_or_a_nested_value_is_refused_before_hydra_writes_it(
+    tmp_path: Path, override: str
+) -> None:
+    store = tmp_path / "x.db"
+    err = _refused(main_job([*TINY, override, f"tracking.uri=sqlite:///{store}"], tmp_path), "fix: ", "environment")
+    assert "abc123secret" not in err
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert not any("abc123secret" in p.read_text(errors="replace") for p in written), written
+    assert not (tmp_path / "run").exists() and not store.exists()
+
+
 def test_a_secret_read_from_the_environment_is_not_refused() -> None:
-    argv = ["+data.token=${oc.env:MY_TOKEN}", "data.path=/home/u/pass=1/p.csv", "seed=1"]
+    argv = [
+        "+data.token=${oc.env:MY_TOKEN}",
+        "++model.config.extra={password:${oc.env:MY_TOKEN},num_leaves:7}",
+        "data.path=/home/u/pass=1/p.csv",
+        "seed=1",
+    ]
     assert keep_secrets_off_the_command_line(argv) == (argv, None)
     for secret in ("tracking.password=x", "++db.pwd=x", "+tushare.api_key=x", "tracking.uri=http://h/?token=x"):
         _, refused = keep_secrets_off_the_command_line([secret])
@@ -385,14 +472,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_a_server_behind_a_login_records_a_run_without_storing_the_password(tmp_path: Path, monkeypatch) -> None:
-    from backtest.tracking import Provenance, Tracker
+@dataclass(frozen=True)
+class LoginServer:
+    """A real ``mlflow server`` on a SQLite store (``store``), reached through the login proxy at ``address``."""
+
+    address: str
+    store: str
+    artifacts: Path
+
+
+@pytest.fixture(scope="module")
+def mlflow_behind_a_login(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoginServer]:
     from backtest.tracking.ui import server_command, server_env
 
-    port = _free_port()
+    root, port = tmp_path_factory.mktemp("login-server"), _free_port()
     server = subprocess.Popen(
-        server_command(f"sqlite:///{tmp_path / 'server.db'}", port=port, artifacts=tmp_path / "artifacts"),
+        server_command(f"sqlite:///{root / 'server.db'}", port=port, artifacts=root / "artifacts"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=server_env(),
@@ -409,29 +504,71 @@ def test_a_server_behind_a_login_records_a_run_without_storing_the_password(tmp_
             except OSError:
                 assert time.monotonic() < deadline, "mlflow server did not start"
                 time.sleep(0.5)
-        monkeypatch.delenv(ENV_USERNAME, raising=False)
-        monkeypatch.delenv(ENV_PASSWORD, raising=False)
-        uri = f"http://bob:p%40ss w%2Frd@127.0.0.1:{proxy.server_address[1]}"
-        tracker = Tracker(uri, "login", project_dir=tmp_path)
-        assert "p@ss" not in tracker.uri and "p%40ss" not in repr(tracker)
-        with tracker.start_run("behind-a-login") as run:
-            run.log_config({"tracking": {"uri": uri}, "seed": 1})
-            run.log_provenance(Provenance("d0", "f0", leak_guard="passed", feature_audit="passed"))
-            run.log_metrics({"sharpe": 0.5})
-            run_id = run.run_id
-        assert _LoginProxy.forwarded > 0
-        stored = tracker.client.get_run(run_id)
-        assert stored.info.status == "FINISHED" and stored.data.metrics["sharpe"] == 0.5
-        everything = str(stored.data.params) + str(stored.data.tags)
-        everything += "".join(p.read_text(errors="replace") for p in (tmp_path / "artifacts").rglob("*") if p.is_file())
-        assert "w rd" not in everything and "w%2Frd" not in everything and "w/rd" not in everything
-        assert stored.data.params["tracking.uri"].startswith("http://bob:***@127.0.0.1:")
-        # Without the login the same server refuses: the credentials were what let the run in.
-        monkeypatch.setenv(ENV_PASSWORD, "wrong")
-        with pytest.raises(TrackingError, match="refused the login"):
-            Tracker(f"http://127.0.0.1:{proxy.server_address[1]}", "login", project_dir=tmp_path)
+        yield LoginServer(f"127.0.0.1:{proxy.server_address[1]}", f"sqlite:///{root / 'server.db'}", root / "artifacts")
     finally:
         proxy.shutdown()
         proxy.server_close()
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_a_server_behind_a_login_records_a_run_without_storing_the_password(
+    mlflow_behind_a_login: LoginServer, tmp_path: Path, monkeypatch
+) -> None:
+    from backtest.tracking import Provenance, Tracker
+
+    monkeypatch.delenv(ENV_USERNAME, raising=False)
+    monkeypatch.delenv(ENV_PASSWORD, raising=False)
+    uri = f"http://bob:p%40ss w%2Frd@{mlflow_behind_a_login.address}"
+    tracker = Tracker(uri, "login", project_dir=tmp_path)
+    assert "p@ss" not in tracker.uri and "p%40ss" not in repr(tracker)
+    with tracker.start_run("behind-a-login") as run:
+        run.log_config({"tracking": {"uri": uri}, "seed": 1})
+        run.log_provenance(Provenance("d0", "f0", leak_guard="passed", feature_audit="passed"))
+        run.log_metrics({"sharpe": 0.5})
+        run_id = run.run_id
+    assert _LoginProxy.forwarded > 0
+    stored = tracker.client.get_run(run_id)
+    assert stored.info.status == "FINISHED" and stored.data.metrics["sharpe"] == 0.5
+    everything = str(stored.data.params) + str(stored.data.tags)
+    artifacts = mlflow_behind_a_login.artifacts
+    everything += "".join(p.read_text(errors="replace") for p in artifacts.rglob("*") if p.is_file())
+    assert "w rd" not in everything and "w%2Frd" not in everything and "w/rd" not in everything
+    assert stored.data.params["tracking.uri"].startswith("http://bob:***@127.0.0.1:")
+    # Without the login the same server refuses: the credentials were what let the run in.
+    monkeypatch.setenv(ENV_PASSWORD, "wrong")
+    with pytest.raises(TrackingError, match="refused the login"):
+        Tracker(f"http://{mlflow_behind_a_login.address}", "login", project_dir=tmp_path)
+
+
+@pytest.mark.slow
+def test_sync_logs_in_with_the_credentials_of_its_uri_and_prints_no_password(
+    mlflow_behind_a_login: LoginServer, tmp_path: Path
+) -> None:
+    from backtest.tracking import prepare_store
+
+    fallback = f"sqlite:///{tmp_path / 'fallback.db'}"
+    local = MlflowClient(fallback)
+    pending = local.create_run(prepare_store(fallback, "pending"), tags={"pending_sync": "true"}, run_name="lost")
+    local.log_metric(pending.info.run_id, "sharpe", 0.25)
+    local.set_terminated(pending.info.run_id)
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_USERNAME, ENV_PASSWORD)}
+
+    def sync(password: str) -> subprocess.CompletedProcess:
+        target = f"http://bob:{password}@{mlflow_behind_a_login.address}"
+        command = [sys.executable, "-m", "backtest.tracking", "sync", "--from", fallback, "--to", target]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+
+    refused = sync("badpass123")  # the login is what the server checks: a wrong one is refused, unprinted
+    assert refused.returncode == 2 and "refused the login" in refused.stderr, refused.stderr[-3000:]
+    assert "badpass123" not in refused.stdout + refused.stderr
+    done = sync("p%40ss w%2Frd")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "1 run(s) synced to http://127.0.0.1:" in done.stdout
+    printed = done.stdout + done.stderr
+    assert not [s for s in ("p@ss", "p%40ss", "w rd", "w%2Frd") if s in printed], printed
+    server = MlflowClient(mlflow_behind_a_login.store)
+    (synced,) = server.search_runs([server.get_experiment_by_name("pending").experiment_id])
+    assert synced.data.tags["synced_from"] == pending.info.run_id and synced.data.metrics["sharpe"] == 0.25
+    assert local.get_run(pending.info.run_id).data.tags["pending_sync"] == "false"

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import subprocess
 import urllib.request
 from pathlib import Path
 from urllib.parse import unquote
@@ -27,6 +29,7 @@ from backtest.tracking.ui import (
     free_port,
     server_command,
     server_env,
+    ui_command,
     ui_links,
 )
 
@@ -164,6 +167,14 @@ def test_server_command_is_local_lean_and_on_the_project_store(tmp_path: Path) -
     assert artifacts_destination("postgresql://u@h/db", tmp_path) == tmp_path / "mlartifacts"
     with pytest.raises(ConfigError, match="running server already"):
         server_command("http://127.0.0.1:5000")
+
+
+def test_the_printed_ui_command_pastes_into_a_shell_whatever_the_store_path(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'my runs; $(touch x)' / 'mlruns.db'}"
+    command = ui_command(uri, project_dir=tmp_path)
+    assert shlex.split(command) == ["python", "-m", "backtest.tracking.ui", "serve", "--uri", uri]
+    echoed = subprocess.run(["sh", "-c", f"printf '%s\\n' {command}"], cwd=tmp_path, capture_output=True, text=True)
+    assert echoed.stdout.splitlines()[-1] == uri and not (tmp_path / "x").exists()  # one word, nothing ran
 
 
 # -- the real server -------------------------------------------------------------------------------
