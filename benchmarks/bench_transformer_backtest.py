@@ -11,8 +11,9 @@ weight), and ``conf/backtest/default.yaml``: monthly retraining over the two tes
 feature audit on 3 cutoffs and the engine's baselines (best single factor, linear ranker) on the same
 folds. ``backtest.engine.run_backtest`` is called directly, without MLflow; the specs are built from
 ``conf/`` by Hydra's compose and instantiate, as ``backtest/cli/compose.py`` builds them (on a GPU machine without
-the project's environment, install the wheels of hydra-core, omegaconf, antlr4-python3-runtime, pandas,
-numba and lightgbm for its Python first).
+the project's environment, install the wheels of hydra-core, omegaconf, antlr4-python3-runtime (built
+from its source distribution), pandas, python-dateutil, six, pyyaml, lightgbm, xxhash, exchange-calendars,
+pyluach, toolz, korean-lunar-calendar and tzdata for its Python first; numba and scipy must be there).
 
 Every model listed in ``--models`` runs on the same panel, folds and feature cache (a temporary
 directory: the first model builds the features, the next ones load them). A model whose package is

@@ -1,8 +1,8 @@
 """Seed means, seed spreads and paired daily differences of backtests written by
 ``benchmarks/bench_transformer_backtest.py --out`` (for example through ``benchmarks/replicates.py``).
 
-    .venv/bin/python benchmarks/paired_runs.py results/models                     # each against the linear ranker
-    .venv/bin/python benchmarks/paired_runs.py results/models --against stock_transformer --against factor
+    .venv/bin/python benchmarks/paired_runs.py benchmarks/results/models   # each against the linear ranker
+    .venv/bin/python benchmarks/paired_runs.py benchmarks/results/models --against stock_transformer --against factor
 
 Files are grouped by name: ``NAME_seedS.json`` is seed ``S`` of ``NAME``. For each name the table gives
 the seeds' mean rank IC and Sharpe with their spread (standard deviation over seeds, ``ddof=1``), and

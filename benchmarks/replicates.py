@@ -1,6 +1,6 @@
 r"""Seed replicates of full backtests, run as parallel processes (one GPU is shared by all of them).
 
-    .venv/bin/python benchmarks/replicates.py --out-dir results/models --seeds 1 2 3 \\
+    .venv/bin/python benchmarks/replicates.py --out-dir benchmarks/results/models --seeds 1 2 3 \\
         --job stock_transformer --job no_cross=stock_transformer_no_cross \\
         --job listnet=stock_transformer:model.training.loss=listnet --parallel 8 --deadline 540
 
