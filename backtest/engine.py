@@ -56,6 +56,7 @@ from backtest.leakage import GuardStatus, LeakageRecord, fold_rows, leak_guard_s
 from backtest.metrics import daily_ic, daily_ranking_quality, headline_metrics, ndcg_at_k, rank_ic_mean
 from backtest.portfolio import PortfolioResult, PortfolioSpec, check_universe, return_days, simulate
 from backtest.splits import Fold, RollingSchedule
+from backtest.stop import raise_if_stopped
 from models.base import LEVEL_PROCESSINGS, Ranker
 from models.data import RankingData
 
@@ -375,6 +376,7 @@ def run_backtest(
             panel, features, cutoffs=_audit_cutoffs(panel, schedule, options.audit_cutoffs), registry=registry
         )
         timings["audit_s"] = time.perf_counter() - t0
+        raise_if_stopped()
         if not audit.passed:
             raise FeatureAuditError(
                 f"feature audit failed: {audit.summary()}\n  fix: remove or correct the named feature(s); a "
@@ -390,6 +392,7 @@ def run_backtest(
         matrix = build_features(panel, features, data_fingerprint=data_fingerprint, registry=registry)
         cache_hit = False
     timings["features_s"] = time.perf_counter() - t0
+    raise_if_stopped()
     release_freed_memory("features")
 
     relevance = labels.target.reindex(matrix.index)
@@ -423,6 +426,7 @@ def run_backtest(
     planned = plan.index
     index = planned.on(result.returns.index) if planned is not None else benchmark_index(panel, result.returns.index)
     timings["portfolio_s"] = time.perf_counter() - t0
+    raise_if_stopped()
 
     fwd = labels.fwd_return.reindex(scores.index)
     rel = labels.target.reindex(scores.index)
@@ -540,6 +544,7 @@ def _fit_predict(
     t0 = time.perf_counter()
     train, valid, predict_rows = _fold_sets(samples, data, fold)
     ranker.fit(train, valid)
+    raise_if_stopped()  # a stop during the fit or its cleanup
     scores = np.asarray(ranker.predict(data.take(predict_rows)), dtype=np.float64)
     seconds = time.perf_counter() - t0
     metrics = _fold_metrics(fold, scores, predict_rows, index, labels, seconds, ndcg)
@@ -617,8 +622,10 @@ def _run_folds(
     def emit(outcome: FoldOutcome, state: Ranker | None = None) -> FoldOutcome:
         if ckpt and not outcome.resumed:
             ckpt.save(outcome, state)  # one unit: a stateful ranker's state is saved with its fold
+        raise_if_stopped()
         if on_fold:
             on_fold(outcome, n)
+        raise_if_stopped()
         return outcome
 
     if stateful and options.backend == "dask":
@@ -631,6 +638,7 @@ def _run_folds(
         ranker.prepare(samples, history_end=history_end)
         release_freed_memory("binning")  # the binning's samples
         for fold in folds:
+            raise_if_stopped()  # between folds
             if fold.fold in done:
                 yield emit(done[fold.fold])
                 continue

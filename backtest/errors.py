@@ -43,7 +43,21 @@ class StoreUnavailableError(TrackingError):
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """The process was asked to stop (SIGTERM, SIGHUP, Ctrl-C); the tracked run ends KILLED."""
+    """The process was asked to stop (SIGTERM, SIGHUP, Ctrl-C); the tracked run ends KILLED.
+
+    ``exit_status`` is the shell's for that signal, ``128 + signum`` (143 for SIGTERM, 130 for Ctrl-C).
+    """
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.signum = signum
+
+    def __reduce__(self) -> tuple[type, tuple[str, int]]:  # pickled as it was made (a worker's error)
+        return type(self), (str(self), self.signum)
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
 
 
 def preview(items: Iterable[object], limit: int = 5) -> str:

@@ -26,6 +26,7 @@ import numpy as np
 from backtest.errors import ConfigError, DataContractError, preview
 from backtest.metrics import GAINS, mean_daily_rank_ic, relevance_gains
 from backtest.portfolio import DEFAULT_TOP_K
+from backtest.stop import raise_if_stopped
 from models.base import EARLY_STOPPING_METRICS, LEVEL_PROCESSINGS, RankerBase, label_processing_fix
 from models.data import RankingData
 
@@ -209,6 +210,17 @@ class EarlyStopping:
         stop = (counted and env.iteration - self.best_iteration >= self.rounds) or last
         if stop:
             raise lgb.callback.EarlyStopException(self.best_iteration, self.best_results)
+
+
+class StopBetweenRounds:
+    """Before each boosting round, the run's stop flag (:mod:`backtest.stop`): a stop asked for during a fit
+    ends it at the next round. Read in ``lgb.train``'s Python loop, never inside LightGBM's native code."""
+
+    order = 0
+    before_iteration = True
+
+    def __call__(self, env: Any) -> None:
+        raise_if_stopped()
 
 
 def _rank_ic_feval(valid: RankingData) -> Callable[[np.ndarray, Any], tuple[str, float, bool]]:
@@ -565,7 +577,7 @@ class LambdaRankRanker(RankerBase):
         params = cfg.lgb_params()
         previous = self.booster if warm else None
         train_ds = self._dataset(train, None, params, previous)
-        callbacks = []
+        callbacks: list[Any] = [StopBetweenRounds()]
         feval = None
         valid_sets, valid_names = [], []
         if valid is not None:

@@ -34,6 +34,7 @@ from backtest.errors import ConfigError, DataContractError, preview
 from backtest.labels import PROCESSINGS
 from backtest.metrics import daily_ic, ndcg_at_k
 from backtest.portfolio import DEFAULT_TOP_K
+from backtest.stop import raise_if_stopped
 from models.base import EARLY_STOPPING_METRICS, RankerBase
 from models.data import RankingData
 from models.ranking_losses import LOSSES, listmle_loss, listnet_loss
@@ -343,6 +344,7 @@ class StockTransformerRanker(RankerBase):
                 record["seconds"] = time.perf_counter() - t0
                 self.history.append(record)
                 log.info("StockTransformer epoch %d: %s", epoch, {k: round(v, 4) for k, v in record.items()})
+                raise_if_stopped()  # between epochs (backtest.stop)
                 if va is not None and epoch - best_epoch >= cfg.patience:
                     break
             if best_state is not None:

@@ -7,11 +7,13 @@ concern has its module here:
 - :mod:`~backtest.cli.errors`: Hydra's and the library's errors as one line with a fix, exit status 2;
 - :mod:`~backtest.cli.sweep`: a multirun as one study (the ``SweepTracking`` callback), a job's trial;
 - :mod:`~backtest.cli.argv`: secrets refused on the command line before Hydra saves it;
-- :mod:`~backtest.cli.progress`: the folds' progress bar, the stage timings, the stop signals;
+- :mod:`~backtest.cli.progress`: the folds' progress bar, the stage timings;
 - :mod:`~backtest.cli.summary`: the summary printed at the end.
 
 Library code gets plain objects: the engine plans and runs the backtest, :func:`backtest.record.record_run`
 records it (in the fallback store if the tracking store stops answering), and the summary is printed.
+SIGTERM, Ctrl-C or SIGHUP stop the job at its next safe point (:mod:`backtest.stop`): the run ends KILLED
+and the job exits ``128 + signal`` with one line, ``stopped: signal SIGTERM``.
 """
 
 from __future__ import annotations
@@ -31,18 +33,18 @@ from backtest import PROJECT_DIR
 from backtest.cli.argv import keep_secrets_off_the_command_line
 from backtest.cli.compose import CONF_DIR, build_parts, load_benchmark, load_panel, run_identity
 from backtest.cli.errors import refuse, text_in_a_number, user_error
-from backtest.cli.progress import FoldProgress, log_stage_seconds, stop_on_signals
+from backtest.cli.progress import FoldProgress, log_stage_seconds
 from backtest.cli.summary import print_summary
 from backtest.cli.sweep import sweep_trial
 from backtest.data.fingerprint import panel_fingerprint
-from backtest.errors import BacktestError, FeatureAuditError, LeakageError
+from backtest.errors import BacktestError, FeatureAuditError, LeakageError, RunInterrupted
+from backtest.stop import raise_if_stopped, stop_on_signals
 
 log = logging.getLogger("backtest")
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """The main job: compose, build, run under the guards, record in MLflow, print the summary."""
-    stop_on_signals()
     mistyped = text_in_a_number(cfg)
     if mistyped is not None:
         raise mistyped
@@ -67,6 +69,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     )
 
     identity = run_identity(cfg, parts, data_fp, trial)
+    raise_if_stopped()  # stopped while planning: no run is opened
     tracker = Tracker.from_config(parts.tracking, PROJECT_DIR)
     tracker.end_stale_runs(identity.tags["config_key"])
     progress = FoldProgress()
@@ -121,6 +124,8 @@ def main() -> None:
     Hydra reports its own composition errors (a typo'd key, an unknown option, an override that does not
     parse) and exits 1; with ``HYDRA_FULL_ERROR`` set for the call they reach this function instead, which
     prints them in one line with a fix and exits 2. Set ``HYDRA_FULL_ERROR=1`` yourself for tracebacks.
+    A stop signal ends the job at its next safe point with ``stopped: signal NAME`` and exit ``128 +
+    signal`` (:mod:`backtest.stop`).
     """
     logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -131,7 +136,11 @@ def main() -> None:
     users_choice = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
-        _hydra_main()
+        with stop_on_signals():
+            _hydra_main()
+    except RunInterrupted as exc:  # the run, if one was open, has ended KILLED
+        print(f"stopped: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_status)
     except (BacktestError, HydraException, OmegaConfBaseException) as exc:
         err = None if users_choice == "1" else user_error(exc)
         if err is None:

@@ -1,19 +1,16 @@
-"""What the user sees while the main job runs, and how it is stopped: the folds' progress bar (with each
-fold's metrics logged to the run as it finishes), the stage timings line, and SIGTERM / SIGHUP turned into
-:class:`backtest.errors.RunInterrupted`, so that the tracked run ends KILLED with the signal's name.
+"""What the user sees while the main job runs: the folds' progress bar (with each fold's metrics logged
+to the run as it finishes) and the stage timings line. How a run is stopped is :mod:`backtest.stop`'s.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Mapping
 from typing import Any
 
-from backtest.errors import RunInterrupted, StoreUnavailableError
+from backtest.errors import StoreUnavailableError
 
 log = logging.getLogger("backtest")
 
@@ -56,18 +53,6 @@ class FoldProgress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
-
-
-def stop_on_signals() -> None:
-    """SIGTERM and SIGHUP (a scheduler's stop, a closed terminal) raise RunInterrupted, so that the open
-    tracked run ends KILLED with the signal's name instead of staying RUNNING (main thread only)."""
-
-    def stop(signum: int, frame: Any) -> None:
-        raise RunInterrupted(f"signal {signal.Signals(signum).name}")
-
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, stop)
 
 
 def log_stage_seconds(timings: Mapping[str, float]) -> None:

@@ -15,7 +15,7 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,6 +27,7 @@ from mlflow.exceptions import MlflowException
 
 from backtest.errors import StoreUnavailableError, TrackingError, preview
 from backtest.provenance import Provenance, provenance_tags
+from backtest.stop import raise_if_stopped
 from backtest.tracking.layout import ARTIFACTS, COMPARE_IMAGES
 from backtest.tracking.owner import owner_state, process_owner
 from backtest.tracking.queries import RunKind, study_runs, sweep_runs
@@ -352,6 +353,7 @@ class TrackedRun:
                 f"Artifact {local_path} does not exist (run {self.run_id}). Expected a file or a "
                 "directory written before logging it."
             )
+        raise_if_stopped()  # a write is a unit: a stop is taken before or after it, never inside
         try:
             if local_path.is_dir():
                 self.tracker.client.log_artifacts(self.run_id, str(local_path), artifact_path)
@@ -360,6 +362,7 @@ class TrackedRun:
         except (MlflowException, OSError) as exc:
             self._raise_if_unavailable(exc, f"artifact {local_path.name}")
             raise TrackingError(f"Could not log artifact {local_path} to run {self.run_id}: {exc.message}") from exc
+        raise_if_stopped()
 
     def log_config(self, config: Mapping[str, Any], artifact_file: str = ARTIFACTS.config) -> dict[str, str]:
         """Log a resolved config twice: as flattened params and as a redacted YAML artifact.
@@ -513,10 +516,15 @@ class TrackedRun:
         if self._ended:
             return
         self._ended = True
+        client = self.tracker.client
         try:
             if error is not None:
-                self.tracker.client.set_tag(self.run_id, "error", cut_text(redact_uri(error), MAX_TAG_VALUE_CHARS))
-            self.tracker.client.set_terminated(self.run_id, status=RunStatus.to_string(RunStatus.from_string(status)))
+                _while_busy(
+                    lambda: client.set_tag(self.run_id, "error", cut_text(redact_uri(error), MAX_TAG_VALUE_CHARS))
+                )
+            _while_busy(
+                lambda: client.set_terminated(self.run_id, status=RunStatus.to_string(RunStatus.from_string(status)))
+            )
             logger.info("MLflow run %s ended %s", self.run_id, status)
         except Exception as exc:  # the store may be down: report, never mask the original error
             logger.error("could not end MLflow run %s as %s: %s", self.run_id, status, exc)
@@ -528,6 +536,7 @@ class TrackedRun:
             self._log_batch("metrics", metrics=chunk)
 
     def _log_batch(self, what: str, **entities: Sequence[Any]) -> None:
+        raise_if_stopped()  # a write is a unit: a stop is taken before or after it, never inside
         try:
             self.tracker.client.log_batch(self.run_id, synchronous=True, **entities)
         except (MlflowException, OSError) as exc:
@@ -542,6 +551,7 @@ class TrackedRun:
                 f"MLflow refused {what} ({preview(names)}) for run {self.run_id} in "
                 f"{redact_uri(self.tracker.uri)!r}: {exc.message.rstrip('.')}.{hint}"
             ) from exc
+        raise_if_stopped()
 
     def _raise_if_unavailable(self, exc: BaseException, what: str) -> None:
         """Raise StoreUnavailableError when ``exc`` says the store is gone rather than refusing."""
@@ -614,6 +624,25 @@ def store_unavailable(exc: BaseException) -> bool:
         "unable to open database",
     )
     return any(marker in text for marker in markers)
+
+
+#: seconds between the tries of a write that SQLite answers "database is locked" (:func:`_while_busy`)
+BUSY_BACKOFF_S = (0.1, 0.2, 0.4, 0.8, 1.6)
+
+
+def _while_busy(write: Callable[[], Any]) -> Any:
+    """``write()``, tried again after each of :data:`BUSY_BACKOFF_S` while a SQLite store answers "database
+    is locked" (another process holds its write lock): the run's final status must not be lost to a busy
+    store. Any other error, and the last "locked", is raised."""
+    for pause in BUSY_BACKOFF_S:
+        try:
+            return write()
+        except MlflowException as exc:
+            if "database is locked" not in str(exc.message).lower():
+                raise
+            logger.warning("the store is busy (database is locked); trying again in %.1f s", pause)
+            time.sleep(pause)
+    return write()
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -17,8 +18,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from backtest.errors import ConfigError, TrackingError
+from backtest.errors import ConfigError, RunInterrupted, TrackingError
 from backtest.reports.plots import plot_fold_metric
+from backtest.stop import stop_on_signals
 from backtest.tracking import (
     ARTIFACTS,
     MAX_PARAM_VALUE_CHARS,
@@ -435,6 +437,33 @@ def test_interrupted_run_ends_killed(tracker: Tracker, client) -> None:
     with pytest.raises(KeyboardInterrupt):
         with tracker.start_run() as run:
             raise KeyboardInterrupt
+    assert client.get_run(run.run_id).info.status == "KILLED"
+
+
+def test_a_stop_is_taken_before_a_write_and_ends_the_run_killed(tracker: Tracker, client) -> None:
+    with pytest.raises(RunInterrupted, match="signal SIGTERM"):
+        with stop_on_signals(), tracker.start_run() as run:
+            run.log_metrics({"sharpe": 1.0})
+            signal.raise_signal(signal.SIGTERM)  # the handler only raises the flag
+            run.log_metrics({"sortino": 2.0})  # a safe point: the stop is taken before this write
+    stored = client.get_run(run.run_id)
+    assert stored.info.status == "KILLED" and stored.data.tags["error"] == "interrupted: signal SIGTERM"
+    assert set(stored.data.metrics) == {"sharpe"}
+
+
+def test_a_busy_store_does_not_lose_the_final_status(tracker: Tracker, client, monkeypatch) -> None:
+    run = tracker.create_run()
+    real, calls = tracker.client.set_terminated, []
+
+    def locked_twice(run_id: str, status: str) -> None:  # another process holds SQLite's write lock
+        calls.append(status)
+        if len(calls) <= 2:
+            raise mlflow.exceptions.MlflowException("(sqlite3.OperationalError) database is locked")
+        real(run_id, status=status)
+
+    monkeypatch.setattr(tracker.client, "set_terminated", locked_twice)
+    run.end("KILLED", error="interrupted: signal SIGTERM")
+    assert calls == ["KILLED"] * 3
     assert client.get_run(run.run_id).info.status == "KILLED"
 
 
