@@ -145,6 +145,7 @@ class SweepTracking(Callback):
             pbo_blocks=int(study_cfg.get("pbo_blocks", DEFAULT_PBO_BLOCKS)),
             primary=primary,
         )
+        self.tracker.end_stale_sweeps(self.sweep.study)  # a parent left RUNNING by a killed sweep of this study
         self.parent = open_sweep(self.tracker, self.sweep)
         os.environ[ENV_PARENT] = self.parent.run_id
         os.environ[ENV_TRIALS] = str(self.sweep.n_trials)
