@@ -10,6 +10,7 @@ POINT is where the process kills itself:
 - ``study_report``: a sweep's jobs are done, it is recording the study report on the parent run;
 - ``sync_artifacts``: sync has created the target's copy of a run with its params, metrics and tags, and
   not yet its artifacts;
+- ``sync_ended``: sync has ended the target's whole copy of a run, and not yet tagged the source synced;
 - ``none``: the command runs as it is.
 """
 
@@ -21,9 +22,7 @@ import sys
 
 import mlflow
 
-import backtest.study as study
-
-KILL_POINTS = ("parent_opened", "study_report", "sync_artifacts", "none")
+KILL_POINTS = ("parent_opened", "study_report", "sync_artifacts", "sync_ended", "none")
 
 
 def _die(*args: object, **kwargs: object) -> None:
@@ -32,6 +31,8 @@ def _die(*args: object, **kwargs: object) -> None:
 
 def arm(point: str) -> None:
     """Make this process kill itself at ``point`` (see the module docstring)."""
+    import backtest.study as study  # a sweep's steps, called through the module
+
     if point == "parent_opened":
         real_open = study.open_sweep
 
@@ -44,6 +45,14 @@ def arm(point: str) -> None:
         study.record_report = _die  # type: ignore[assignment]
     elif point == "sync_artifacts":
         mlflow.MlflowClient.log_artifacts = _die  # type: ignore[method-assign]
+    elif point == "sync_ended":
+        real_end = mlflow.MlflowClient.set_terminated
+
+        def set_terminated(self: mlflow.MlflowClient, *args: object, **kwargs: object) -> None:
+            real_end(self, *args, **kwargs)
+            _die()
+
+        mlflow.MlflowClient.set_terminated = set_terminated  # type: ignore[method-assign]
 
 
 def main() -> int:

@@ -150,6 +150,34 @@ def test_a_sweep_killed_while_it_records_its_study_report_leaves_nothing_running
     assert len(parents) == 2 and "RUNNING" not in {r.info.status for r in _runs(uri)}
 
 
+@pytest.mark.parametrize("point", ["sync_artifacts", "sync_ended"])
+def test_a_sync_killed_halfway_is_completed_by_the_next_without_a_duplicate(tmp_path: Path, point: str) -> None:
+    from backtest.tracking import prepare_store
+
+    fallback, server = f"sqlite:///{tmp_path / 'fallback.db'}", f"sqlite:///{tmp_path / 'server.db'}"
+    local = MlflowClient(fallback)
+    pending = local.create_run(prepare_store(fallback, "rankbacktest"), tags={"pending_sync": "true"}).info.run_id
+    local.log_metric(pending, "sharpe", 0.25)
+    (tmp_path / "daily_returns.csv").write_text("date,strategy\n2025-01-02,0.01\n")
+    local.log_artifact(pending, str(tmp_path / "daily_returns.csv"), "data")
+    local.set_terminated(pending)
+    sync = ["backtest.tracking", "sync", "--from", fallback, "--to", server]
+    killed = _killed_at(point, sync, tmp_path)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    (first,) = _runs(server)
+    assert first.info.status == ("RUNNING" if point == "sync_artifacts" else "FINISHED")
+    assert local.get_run(pending).data.tags["pending_sync"] == "true"  # the source is not marked synced yet
+    done = _killed_at("none", sync, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (copy,) = _runs(server)  # one copy: the half copy deleted and copied anew, a whole one kept
+    assert copy.info.status == "FINISHED" and copy.data.tags["synced_from"] == pending
+    assert (copy.info.run_id == first.info.run_id) == (point == "sync_ended")
+    assert copy.data.metrics == {"sharpe": 0.25}
+    assert [a.path for a in MlflowClient(server).list_artifacts(copy.info.run_id, "data")] == ["data/daily_returns.csv"]
+    assert local.get_run(pending).data.tags["synced_to"] == copy.info.run_id
+    assert local.get_run(pending).data.tags["pending_sync"] == "false"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_and_sighup_end_the_run_killed_with_the_signal(tmp_path: Path, sig: signal.Signals) -> None:
