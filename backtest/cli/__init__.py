@@ -5,6 +5,7 @@ concern has its module here:
 
 - :mod:`~backtest.cli.compose`: every part built from its config group, the panel, the run's name and tags;
 - :mod:`~backtest.cli.errors`: Hydra's and the library's errors as one line with a fix, exit status 2;
+- :mod:`~backtest.cli.preflight`: the checks every job passes before any work, a sweep's jobs before it begins;
 - :mod:`~backtest.cli.sweep`: a multirun as one study (the ``SweepTracking`` callback), a job's trial;
 - :mod:`~backtest.cli.argv`: secrets refused on the command line before Hydra saves it;
 - :mod:`~backtest.cli.progress`: the folds' progress bar, the stage timings;
@@ -31,8 +32,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from backtest import PROJECT_DIR
 from backtest.cli.argv import keep_secrets_off_the_command_line
-from backtest.cli.compose import CONF_DIR, build_parts, load_benchmark, load_panel, run_identity
-from backtest.cli.errors import refuse, text_in_a_number, user_error
+from backtest.cli.compose import CONF_DIR, load_panel, run_identity
+from backtest.cli.errors import refuse, user_error
+from backtest.cli.preflight import check_job
 from backtest.cli.progress import FoldProgress, log_stage_seconds
 from backtest.cli.summary import print_summary
 from backtest.cli.sweep import sweep_trial
@@ -45,10 +47,8 @@ log = logging.getLogger("backtest")
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """The main job: compose, build, run under the guards, record in MLflow, print the summary."""
-    mistyped = text_in_a_number(cfg)
-    if mistyped is not None:
-        raise mistyped
     trial = sweep_trial(cfg)
+    parts, benchmark = check_job(cfg)  # the checks every job of a sweep passed before the sweep began
     from backtest.data.synthetic import oracle_scores
     from backtest.engine import plan_backtest, run_backtest
     from backtest.record import record_guard_failure, record_run
@@ -56,8 +56,6 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from backtest.study import trial_sharpe_var
     from backtest.tracking import Tracker
 
-    parts = build_parts(cfg)  # every part first: a config mistake must surface before any expensive work
-    benchmark = load_benchmark(cfg)  # a missing or malformed index file too, before the panel is read
     t0 = time.perf_counter()
     panel, market = load_panel(cfg)
     data_fp = panel_fingerprint(panel)

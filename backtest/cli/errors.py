@@ -13,6 +13,7 @@ import difflib
 import inspect
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -66,24 +67,27 @@ def user_error(exc: BaseException, cfg: DictConfig | None = None) -> BacktestErr
     return None
 
 
-def text_in_a_number(cfg: DictConfig) -> ConfigError | None:
+def text_in_a_number(cfg: DictConfig, overrides: Sequence[str] | None = None) -> ConfigError | None:
     """An override of this job that gives text where the config holds a number or a boolean (``seed=abc``,
     ``data.n_stocks=abc``, ``engine.checkpoints=yes``), as one line with a fix; None when there is none.
 
     Hydra takes any text for any key; the part that reads the value would fail later with a traceback (or
     read any text as true). What the config holds is found by composing it again without the job's
     text-valued keys (its group choices kept), so that every numeric key is checked, whichever group or
-    experiment sets it; a value is judged as it resolves in ``cfg``, the job's config. Call it inside the
-    Hydra job, before anything is built.
+    experiment sets it; a value is judged as it resolves in ``cfg``, the job's config. Call it inside Hydra
+    (a job, or a sweep's callback), before anything is built; ``overrides`` are the job's (default: those
+    of the running Hydra job).
     """
     from hydra import compose
     from hydra.core.hydra_config import HydraConfig
 
-    if not HydraConfig.initialized():
-        return None
+    if overrides is None:
+        if not HydraConfig.initialized():
+            return None
+        overrides = list(HydraConfig.get().overrides.task)
     texts: dict[str, str] = {}
     keep: list[str] = []
-    for override in OverridesParser.create().parse_overrides(list(HydraConfig.get().overrides.task)):
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
         key = override.key_or_group
         value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
         if isinstance(value, str) and not override.is_delete() and not (Path(CONF_DIR) / key).is_dir():

@@ -1,11 +1,13 @@
 """A multirun is one study: a parent run per sweep, every job a child run of it.
 
 ``python -m backtest -m KEY=A,B ...`` (or ``-m +study=NAME``): before the first job, the
-:class:`SweepTracking` callback (``hydra.callbacks`` in ``conf/config.yaml``) opens the store and the
-study's parent run, and tells the jobs through environment variables, which both the basic and the joblib
-launcher pass on (and the ``tracking`` group reads): :data:`ENV_PARENT`, :data:`ENV_TRIALS`,
-:data:`ENV_STUDY`, :data:`ENV_SWEPT`. Each job learns from them, and from Hydra, which trial it is
-(:func:`sweep_trial`); when the sweep ends the callback builds the study report (:mod:`backtest.study`).
+:class:`SweepTracking` callback (``hydra.callbacks`` in ``conf/config.yaml``) checks every job's config as
+a single run checks its own (:func:`check_sweep_jobs`; a bad one is refused with exit status 2 and nothing
+written), then opens the store and the study's parent run, and tells the jobs through environment
+variables, which both the basic and the joblib launcher pass on (and the ``tracking`` group reads):
+:data:`ENV_PARENT`, :data:`ENV_TRIALS`, :data:`ENV_STUDY`, :data:`ENV_SWEPT`. Each job learns from them,
+and from Hydra, which trial it is (:func:`sweep_trial`); when the sweep ends the callback builds the study
+report (:mod:`backtest.study`).
 """
 
 from __future__ import annotations
@@ -22,16 +24,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from backtest import PROJECT_DIR
 from backtest.cli.compose import build
-from backtest.errors import ConfigError
+from backtest.cli.errors import refuse
+from backtest.errors import BacktestError, ConfigError
 
 #: the study's parent run id, the number of its trials, its name and the swept keys (comma-separated)
 ENV_PARENT = "RANKBACKTEST_PARENT_RUN_ID"
 ENV_TRIALS = "RANKBACKTEST_N_TRIALS"
 ENV_STUDY = "RANKBACKTEST_STUDY"
 ENV_SWEPT = "RANKBACKTEST_SWEPT_KEYS"
-#: a sweep its callback refused (the message): Hydra only warns when a callback raises and launches the jobs
-#: anyway, so each job raises it before it touches the store
-ENV_REFUSED = "RANKBACKTEST_SWEEP_REFUSED"
 #: the swept key whose values are seed replicates of one trial, not trials: the model seed (the market has
 #: its own, ``data.seed``, which must then be pinned)
 REPLICATE_KEY = "seed"
@@ -41,7 +41,7 @@ def sweep_trial(cfg: DictConfig | None = None) -> dict[str, str]:
     """In a job of a sweep, its tags ``trial`` (the values of the swept keys it was given, its name in the
     study) and ``trial_num`` (its job number); {} outside a sweep. A study config without ``-m`` is
     refused: it would run its defaults alone; so is a study whose ``study.primary`` is not a comparison
-    statistic (Hydra only warns when the sweep callback raises, so each job refuses it before it runs).
+    statistic.
 
     A sweep over the model seed (:data:`REPLICATE_KEY`) makes seed replicates: the seed stays out of the
     trial's name, the job is tagged ``replicate`` (``seed=2``) and ``trial_key`` (:func:`trial_key`: its
@@ -50,8 +50,6 @@ def sweep_trial(cfg: DictConfig | None = None) -> dict[str, str]:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    if os.environ.get(ENV_REFUSED):
-        raise ConfigError(os.environ[ENV_REFUSED])
     if cfg is not None and cfg.get("study") is not None:
         from backtest.study import DEFAULT_PRIMARY, check_primary
 
@@ -125,12 +123,14 @@ class SweepTracking(Callback):
         overrides = sweep_overrides(config)
         parsed = OverridesParser.create().parse_overrides(overrides)
         swept = tuple(o.key_or_group for o in parsed if o.is_sweep_override())
-        try:  # before the store is opened: a refused sweep writes nothing
+        # Before the store is opened: a refused sweep writes nothing. Hydra only warns when a callback raises
+        # and launches the jobs anyway, so a refusal ends the process here (exit status 2).
+        try:
             primary = check_primary(study_cfg.get("primary", DEFAULT_PRIMARY))
             check_replicates(config, swept)
+            check_sweep_jobs(overrides, swept, kwargs.get("config_name") or "config")
         except ConfigError as exc:
-            os.environ[ENV_REFUSED] = str(exc)
-            raise
+            refuse(exc)
         tracking_cfg = build(config.tracking)
         self.tracker = Tracker.from_config(tracking_cfg, PROJECT_DIR)
         n_seeds = sweep_size([o for o, p in zip(overrides, parsed, strict=True) if p.key_or_group == REPLICATE_KEY])
@@ -145,6 +145,7 @@ class SweepTracking(Callback):
             pbo_blocks=int(study_cfg.get("pbo_blocks", DEFAULT_PBO_BLOCKS)),
             primary=primary,
         )
+        self.tracker.end_stale_sweeps(self.sweep.study)  # a parent left RUNNING by a killed sweep of this study
         self.parent = open_sweep(self.tracker, self.sweep)
         os.environ[ENV_PARENT] = self.parent.run_id
         os.environ[ENV_TRIALS] = str(self.sweep.n_trials)
@@ -159,7 +160,7 @@ class SweepTracking(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from backtest.study import close_sweep
 
-        for key in (ENV_PARENT, ENV_TRIALS, ENV_STUDY, ENV_SWEPT, ENV_REFUSED):
+        for key in (ENV_PARENT, ENV_TRIALS, ENV_STUDY, ENV_SWEPT):
             os.environ.pop(key, None)
         if self.parent is not None:
             table = close_sweep(self.tracker, self.parent, self.sweep)
@@ -176,6 +177,48 @@ def sweep_overrides(config: DictConfig) -> list[str]:
     for override, text in zip(OverridesParser.create().parse_overrides(texts), texts, strict=True):
         by_key[override.key_or_group] = text
     return list(by_key.values())
+
+
+def sweep_jobs(overrides: list[str]) -> list[list[str]]:
+    """The overrides of each job of a sweep, in job-number order: the product of the sweep's values, as
+    Hydra's basic sweeper makes them.
+
+    >>> sweep_jobs(["portfolio.top_k=3,5", "seed=1"])
+    [['portfolio.top_k=3', 'seed=1'], ['portfolio.top_k=5', 'seed=1']]
+    """
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    (jobs,) = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), None)
+    return jobs
+
+
+def check_sweep_jobs(overrides: list[str], swept: tuple[str, ...], config_name: str = "config") -> None:
+    """Compose every job of a sweep and check it as a single run checks its own config
+    (:func:`backtest.cli.preflight.check_job`), before the first job starts.
+
+    Raises
+    ------
+    ConfigError : the first job that a single run would refuse, named by its job number and the values it
+        was given, with the reason and its fix.
+    """
+    from hydra import compose
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from backtest.cli.errors import user_error
+    from backtest.cli.preflight import check_job
+    from backtest.study import trial_label
+
+    for num, job in enumerate(sweep_jobs(overrides)):
+        cfg = None
+        try:
+            cfg = compose(config_name=config_name, overrides=job)
+            check_job(cfg, job)
+        except (BacktestError, HydraException, OmegaConfBaseException, TypeError) as exc:
+            err = user_error(exc, cfg)
+            if err is None:
+                raise
+            raise ConfigError(f"job {num} of the sweep ({trial_label(job, swept) or ' '.join(job)}): {err}") from exc
 
 
 def sweep_size(overrides: list[str]) -> int:

@@ -9,7 +9,10 @@ redacted>``, and says so. Once the server is back::
     python -m backtest.tracking sync --to http://user:password@host:5000   # a server behind a login
 
 copies each pending run (params, every metric's full history, tags, artifacts, status and times) into
-the experiment of the same name on the server and tags the local copy ``synced_to=<new run id>``. The
+the experiment of the same name on the server and tags the local copy ``synced_to=<new run id>``. Sync is
+idempotent: the server's copy carries the source run's id (tag ``synced_from``) from its creation and the
+mark ``sync_complete=true`` once it is whole, so a sync killed halfway is repeated by the next one, which
+deletes the half copy (no mark) and copies the run again, and a whole copy is never copied twice. The
 server's URI is resolved as a run's ``tracking.uri`` is (:func:`backtest.tracking.store.resolve_tracking_uri`):
 a login in it goes to MLflow's environment variables and is never printed.
 """
@@ -33,6 +36,10 @@ from backtest.tracking.store import prepare_store, resolve_tracking_uri
 logger = logging.getLogger(__name__)
 
 PENDING_TAG = "pending_sync"
+#: on the target's copy of a run: the source run's id (set when the copy is created) and the mark that the
+#: copy is whole (set last, before it is ended)
+SOURCE_TAG = "synced_from"
+COMPLETE_TAG = "sync_complete"
 _NOT_COPIED = {PENDING_TAG, "fallback_for", "superseded_run", "mlflow.parentRunId"}
 
 
@@ -45,7 +52,9 @@ def sync_runs(source_uri: str, target_uri: str) -> list[tuple[str, str]]:
     """Copy every run tagged ``pending_sync=true`` of ``source_uri`` to ``target_uri``.
 
     Returns ``(source run id, target run id)`` pairs. A run is marked synced only after all of it was
-    copied, so an interrupted sync is repeated whole (the half-copied target run is ended FAILED).
+    copied, so an interrupted sync is repeated: a whole copy already on the target (tag ``synced_from``
+    with the mark ``sync_complete=true``) is kept and not copied again, a half copy (no mark) is deleted
+    and the run copied anew (:func:`_whole_copy`).
     """
     source = mlflow.MlflowClient(tracking_uri=source_uri)
     target = mlflow.MlflowClient(tracking_uri=target_uri)
@@ -58,13 +67,35 @@ def sync_runs(source_uri: str, target_uri: str) -> list[tuple[str, str]]:
             continue
         target_experiment = prepare_store(target_uri, experiment.name)
         for run in runs:
-            copied.append((run.info.run_id, _copy_run(source, target, run, target_experiment)))
+            run_id = _whole_copy(target, run, target_experiment) or _copy_run(source, target, run, target_experiment)
+            _mark_synced(source, target, run, run_id)
+            copied.append((run.info.run_id, run_id))
     return copied
+
+
+def _whole_copy(target: mlflow.MlflowClient, run, experiment_id: str) -> str | None:
+    """The id of the target's whole copy of ``run``, None when it has none; the half copies an interrupted
+    sync left there (no ``sync_complete`` mark: killed before the copy was whole) are deleted, and a whole
+    copy that was not ended as its source (killed between the mark and the end) is ended so now."""
+    copies = target.search_runs(
+        [experiment_id], filter_string=f"tags.{SOURCE_TAG} = '{run.info.run_id}'", max_results=1000
+    )
+    whole = None
+    for copy in copies:
+        if whole is None and copy.data.tags.get(COMPLETE_TAG) == "true":
+            whole = copy.info.run_id
+            if copy.info.status != run.info.status:
+                target.set_terminated(whole, status=run.info.status, end_time=run.info.end_time)
+            logger.info("run %s is already whole in the target as %s: not copied again", run.info.run_id, whole)
+        else:
+            target.delete_run(copy.info.run_id)
+            logger.info("deleted run %s: a copy of %s that an interrupted sync left", copy.info.run_id, run.info.run_id)
+    return whole
 
 
 def _copy_run(source: mlflow.MlflowClient, target: mlflow.MlflowClient, run, experiment_id: str) -> str:
     tags = {k: v for k, v in run.data.tags.items() if k not in _NOT_COPIED}
-    tags["synced_from"] = run.info.run_id
+    tags[SOURCE_TAG] = run.info.run_id
     new = target.create_run(experiment_id, start_time=run.info.start_time, tags=tags, run_name=run.info.run_name)
     run_id = new.info.run_id
     try:
@@ -79,10 +110,16 @@ def _copy_run(source: mlflow.MlflowClient, target: mlflow.MlflowClient, run, exp
             local = source.download_artifacts(run.info.run_id, "", tmp)
             if any(Path(local).iterdir()):
                 target.log_artifacts(run_id, local)
+        target.set_tag(run_id, COMPLETE_TAG, "true")
         target.set_terminated(run_id, status=run.info.status, end_time=run.info.end_time)
     except BaseException:
         target.set_terminated(run_id, status="FAILED")
         raise
+    return run_id
+
+
+def _mark_synced(source: mlflow.MlflowClient, target: mlflow.MlflowClient, run, run_id: str) -> None:
+    """End the target's run that was open when its server went away, and tag the source run synced."""
     superseded = run.data.tags.get("superseded_run")  # the server's run that was open when it went away
     if superseded:
         try:
@@ -93,7 +130,6 @@ def _copy_run(source: mlflow.MlflowClient, target: mlflow.MlflowClient, run, exp
             logger.info("run %s is not in the target store", superseded)
     source.log_batch(run.info.run_id, tags=[RunTag(PENDING_TAG, "false"), RunTag("synced_to", run_id)])
     logger.info("synced run %s -> %s", run.info.run_id, run_id)
-    return run_id
 
 
 def main(argv: list[str] | None = None) -> int:

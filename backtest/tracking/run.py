@@ -184,11 +184,24 @@ class Tracker:
         here (another machine or container, a boot before the last, or no ``owner`` tag: a run recorded
         by an older version) is left alone, with a warning: it may still be running.
         """
+        return self._end_stale(f"tags.config_key = '{config_key}'", "of this configuration")
+
+    def end_stale_sweeps(self, study: str) -> list[str]:
+        """End as FAILED the RUNNING parent runs of ``study``'s sweeps whose process is gone; return their ids.
+
+        A sweep killed with SIGKILL (while its jobs run, or while it builds the study report) leaves its
+        parent run RUNNING. Before the study starts again its stale parents are ended by the rule of
+        :meth:`end_stale_runs`; the new sweep's report covers the study's finished trials, theirs included.
+        """
+        return self._end_stale(f"tags.study = '{study}' and tags.run_kind = 'sweep'", f"of study {study}")
+
+    def _end_stale(self, selection: str, what: str) -> list[str]:
+        """End as FAILED the RUNNING runs of ``selection`` (a filter string) whose owner is gone."""
         this_process = process_owner()
         try:
             runs = self.client.search_runs(
                 [self.experiment_id],
-                filter_string=f"tags.config_key = '{config_key}' and attributes.status = 'RUNNING'",
+                filter_string=f"{selection} and attributes.status = 'RUNNING'",
                 max_results=1000,
             )
         except MlflowException as exc:
@@ -200,13 +213,14 @@ class Tracker:
             owner, host, pid = tags.get("owner"), tags.get("host", "unknown"), tags.get("pid", "unknown")
             state = "gone" if owner is not None and owner == this_process else owner_state(owner)
             if state == "live":
-                logger.warning("run %s of this configuration is still running (pid %s)", stale.info.run_id, pid)
+                logger.warning("run %s %s is still running (pid %s)", stale.info.run_id, what, pid)
                 continue
             if state == "unknown":
                 logger.warning(
-                    "run %s of this configuration is RUNNING (host %s, pid %s, %s): its process cannot be "
+                    "run %s %s is RUNNING (host %s, pid %s, %s): its process cannot be "
                     "checked from here, so it is left as it is",
                     stale.info.run_id,
+                    what,
                     host,
                     pid,
                     f"owner {owner}" if owner else "no owner tag: recorded by an older version",
@@ -217,9 +231,7 @@ class Tracker:
             )
             ended.append(stale.info.run_id)
         if ended:
-            logger.warning(
-                "marked %d interrupted run(s) of this configuration FAILED: %s", len(ended), ", ".join(ended)
-            )
+            logger.warning("marked %d interrupted run(s) %s FAILED: %s", len(ended), what, ", ".join(ended))
         return ended
 
     def _raise_if_unavailable(self, exc: Exception) -> None:

@@ -108,6 +108,78 @@ def test_kill_9_then_rerun_leaves_one_finished_run_and_nothing_running(tmp_path:
     assert "resuming" in out + err  # the rerun took the killed run's finished folds from the checkpoints
 
 
+def _killed_at(point: str, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    """``args`` (``backtest ...`` or ``backtest.tracking sync ...``) run by :mod:`tests.system.kill_job`,
+    which sends itself SIGKILL at ``point`` (``none``: never)."""
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    command = [sys.executable, "-m", "tests.system.kill_job", point, *args]
+    return subprocess.run(command, cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _sweep(uri: str, tmp_path: Path) -> list[str]:
+    """A named one-job sweep on the quick market."""
+    sweep_dir = f"hydra.sweep.dir={tmp_path / 'sweep'}"
+    return ["backtest", "-m", "tracking.study=killed", *FAST, f"tracking.uri={uri}", sweep_dir]
+
+
+def test_a_sweep_killed_with_its_parent_run_open_is_closed_when_the_study_starts_again(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'sweep.db'}"
+    first = _killed_at("parent_opened", _sweep(uri, tmp_path), tmp_path)
+    assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
+    (killed,) = _runs(uri)
+    assert killed.info.status == "RUNNING" and killed.data.tags["run_kind"] == "sweep"  # nobody could end it
+    again = _killed_at("parent_opened", _sweep(uri, tmp_path), tmp_path)  # the study starts again
+    assert again.returncode == -signal.SIGKILL, again.stderr[-3000:]
+    runs = {r.info.run_id: r for r in _runs(uri)}
+    assert len(runs) == 2 and runs[killed.info.run_id].info.status == "FAILED"
+    assert "ended without closing the run" in runs[killed.info.run_id].data.tags["error"]
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_while_it_records_its_study_report_leaves_nothing_running_after_a_rerun(
+    tmp_path: Path,
+) -> None:
+    uri = f"sqlite:///{tmp_path / 'sweep.db'}"
+    killed = _killed_at("study_report", _sweep(uri, tmp_path), tmp_path)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    (parent,) = [r for r in _runs(uri) if r.data.tags["run_kind"] == "sweep"]
+    assert parent.info.status == "RUNNING"
+    rerun = _killed_at("none", _sweep(uri, tmp_path), tmp_path)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    parents = {r.info.run_id: r.info.status for r in _runs(uri) if r.data.tags["run_kind"] == "sweep"}
+    assert parents == {parent.info.run_id: "FAILED", **{k: "FINISHED" for k in parents if k != parent.info.run_id}}
+    assert len(parents) == 2 and "RUNNING" not in {r.info.status for r in _runs(uri)}
+
+
+@pytest.mark.parametrize("point", ["sync_artifacts", "sync_ended"])
+def test_a_sync_killed_halfway_is_completed_by_the_next_without_a_duplicate(tmp_path: Path, point: str) -> None:
+    from backtest.tracking import prepare_store
+
+    fallback, server = f"sqlite:///{tmp_path / 'fallback.db'}", f"sqlite:///{tmp_path / 'server.db'}"
+    local = MlflowClient(fallback)
+    pending = local.create_run(prepare_store(fallback, "rankbacktest"), tags={"pending_sync": "true"}).info.run_id
+    local.log_metric(pending, "sharpe", 0.25)
+    (tmp_path / "daily_returns.csv").write_text("date,strategy\n2025-01-02,0.01\n")
+    local.log_artifact(pending, str(tmp_path / "daily_returns.csv"), "data")
+    local.set_terminated(pending)
+    sync = ["backtest.tracking", "sync", "--from", fallback, "--to", server]
+    killed = _killed_at(point, sync, tmp_path)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    (first,) = _runs(server)
+    assert first.info.status == ("RUNNING" if point == "sync_artifacts" else "FINISHED")
+    assert local.get_run(pending).data.tags["pending_sync"] == "true"  # the source is not marked synced yet
+    done = _killed_at("none", sync, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (copy,) = _runs(server)  # one copy: the half copy deleted and copied anew, a whole one kept
+    assert copy.info.status == "FINISHED" and copy.data.tags["synced_from"] == pending
+    assert (copy.info.run_id == first.info.run_id) == (point == "sync_ended")
+    assert copy.data.metrics == {"sharpe": 0.25}
+    assert [a.path for a in MlflowClient(server).list_artifacts(copy.info.run_id, "data")] == ["data/daily_returns.csv"]
+    assert local.get_run(pending).data.tags["synced_to"] == copy.info.run_id
+    assert local.get_run(pending).data.tags["pending_sync"] == "false"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=["SIGTERM", "SIGHUP", "SIGINT"])
 def test_sigterm_sighup_and_ctrl_c_end_the_run_killed_with_the_signal(tmp_path: Path, sig: signal.Signals) -> None:

@@ -127,6 +127,29 @@ def test_a_seed_sweep_that_would_change_the_market_is_refused_before_any_run(tmp
     assert not store.exists()
 
 
+@pytest.mark.parametrize(
+    "sweep,words",
+    [
+        (
+            "portfolio.top_k=5,abc",
+            ["job 1 of the sweep (portfolio.top_k=abc): portfolio.top_k: expected a number", "fix: portfolio.top_k=5"],
+        ),
+        ("backtest.embargo=2,-1", ["job 1 of the sweep (backtest.embargo=-1): backtest.embargo must be >= 0"]),
+    ],
+)
+def test_a_bad_value_in_any_job_of_a_sweep_is_refused_before_the_first_job(
+    tmp_path: Path, sweep: str, words: list[str]
+) -> None:
+    store = tmp_path / "store"
+    proc = main_job(["-m", sweep, *TINY_MARKET, f"tracking.uri=sqlite:///{store / 'mlruns.db'}"], tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and proc.stderr.count("error: ") == 1, proc.stderr[-2000:]
+    for word in words:
+        assert word in proc.stderr, proc.stderr[-2000:]
+    assert not store.exists()  # no parent run, no trial (the first job never ran), no study report
+    assert not (tmp_path / "sweep").exists()
+
+
 @pytest.mark.slow
 def test_a_study_with_seed_replicates_nests_every_replicate_under_one_parent(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
