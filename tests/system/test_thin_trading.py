@@ -16,6 +16,7 @@ from backtest import cli
 from backtest.reports.study import write_study_report
 from backtest.study import build_report
 from backtest.tracking import ARTIFACTS, Tracker
+from tests.system.tiny_market import TINY_SCHEDULE
 
 TEST_START = pd.Timestamp("2022-07-01")
 #: what the market leaves tradable: 6 of the test period's 123 return days
@@ -44,12 +45,7 @@ def test_a_test_period_that_could_hardly_trade_is_recorded_as_not_comparable_eve
             "data=parquet",
             f"data.path={path}",
             f"backtest.test_start={TEST_START:%Y-%m-%d}",
-            "backtest.train_window=80",
-            "backtest.valid_days=10",
-            "backtest.retrain_every=20",
-            "model.config.num_boost_round=20",
-            "model.config.min_data_in_leaf=30",
-            "model.config.num_threads=1",
+            *TINY_SCHEDULE,
             "engine.feature_cache=false",
             "engine.checkpoints=false",
             f"tracking.uri={uri}",
