@@ -30,12 +30,13 @@ SECRET_KEY_PATTERN = re.compile(
 )
 # scheme://user:password@host -> scheme://user:***@host (the user name stays: it says who logged in). A
 # password may hold '/', '@' or spaces when it was not percent-encoded: the LAST '@' that is followed by
-# a host (no '@' or space up to the next '/', '?', '#', quote or the end) separates it from the host. It
+# a host (no '@' or space up to the next '/', '?', '#', quote or the end; none for a unix socket,
+# ``postgresql://bob:pw@/mlflow?host=/run/pg``) separates it from the host. It
 # never runs past a line end, a quote or another '://', so that a message quoting the URI keeps the rest.
 _URI_PASSWORD = re.compile(
     r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s'\"`]*)"
     r":(?P<password>(?:(?!://)[^\n'\"`])+)"
-    r"@(?P<host>[^@/?#\s'\"`]+)(?=[/?#\s'\"`,;)]|$)"
+    r"@(?P<host>[^@/?#\s'\"`]*)(?=[/?#\s'\"`,;)]|$)"
 )
 # key=value pairs of a query string (?password=x&pwd=y) or of a keyword DSN (host=db password=x).
 _PARAMETER = re.compile(

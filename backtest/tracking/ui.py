@@ -59,6 +59,8 @@ SERVER_ENV: Mapping[str, str] = {
     "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
     "MLFLOW_DISABLE_TELEMETRY": "true",
 }
+#: Where ``mlflow server`` reads its backend store from when ``--backend-store-uri`` is not given.
+BACKEND_STORE_ENV = "MLFLOW_BACKEND_STORE_URI"
 #: The per-fold metric whose chart the links open (logged as ``fold/<name>`` with step = fold).
 FOLD_METRIC = "fold/rank_ic"
 
@@ -88,12 +90,15 @@ def server_command(
     artifacts: Path | str | None = None,
     extra_args: Sequence[str] = (),
 ) -> list[str]:
-    """The ``mlflow server`` command line for ``uri`` (a database store: SQLite, PostgreSQL, ...).
+    """The ``mlflow server`` command line for ``uri`` (a database store: SQLite, PostgreSQL, ...), which
+    names no store: run it with :func:`server_env` ``(uri)``, whose ``MLFLOW_BACKEND_STORE_URI`` the server
+    reads, so that the database URI (and its password) is on no process's command line, where any local
+    user reads it (``ps``); the server passes it on to its workers in their environment too.
 
     Bound to ``host`` (127.0.0.1 by default: the store is not shared beyond this machine), one worker
     (``mlflow server`` defaults to four, slow on two cores); the artifacts it serves are kept in
     ``artifacts`` (default :func:`artifacts_destination`); ``extra_args`` are more ``mlflow server``
-    options. Run it with :func:`server_env`, which turns job execution off.
+    options.
 
     Raises
     ------
@@ -107,7 +112,6 @@ def server_command(
         )
     return [
         sys.executable, "-m", "mlflow", "server",
-        "--backend-store-uri", uri,
         "--artifacts-destination", str(artifacts or artifacts_destination(uri, project_dir)),
         "--host", host,
         "--port", str(int(port)),
@@ -136,10 +140,12 @@ def ui_command(uri: str, project_dir: Path | str = PROJECT_DIR) -> str:
     return f"python -m backtest.tracking.ui serve --uri {shlex.quote(redact_uri(uri))}"  # pasted into a shell
 
 
-def server_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``environ`` (default: this process's) with :data:`SERVER_ENV` on top."""
+def server_env(uri: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of :func:`server_command`: ``environ`` (default: this process's) with :data:`SERVER_ENV`
+    on top and the store ``uri`` in :data:`BACKEND_STORE_ENV` (never on a command line)."""
     env = dict(os.environ if environ is None else environ)
     env.update(SERVER_ENV)
+    env[BACKEND_STORE_ENV] = uri
     return env
 
 
@@ -193,7 +199,8 @@ class UiServer:
 
         Raises
         ------
-        TrackingError : the port is taken, or the server exited or did not answer within ``timeout_s``.
+        TrackingError : the port is taken, or the server exited or did not answer within ``timeout_s``; a
+            one-line message with the fix, the store's password redacted.
         """
         if _answers(f"{self.url}/health"):
             raise TrackingError(
@@ -209,22 +216,31 @@ class UiServer:
         )
         self._output = open(self.log_path, "ab") if self.log_path else None
         self.process = subprocess.Popen(
-            command, env=server_env(), stdout=self._output, stderr=self._output, start_new_session=True
+            command, env=server_env(self.uri), stdout=self._output, stderr=self._output, start_new_session=True
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+            code = self.process.poll()
+            if code is not None:
                 self.stop()
+                why = f"its log {self.log_path} says why" if self.log_path else "its output above says why"
                 raise TrackingError(
-                    f"mlflow server exited with code {self.process.returncode} before answering"
-                    + (f" (its log: {self.log_path})" if self.log_path else "")
-                    + f". Command: {' '.join(command)}"
+                    redact_uri(
+                        f"mlflow server on {self.uri} exited with code {code} before answering on {self.url} "
+                        f"({why}). Fix: free port {self.port} or pick another (--port), and check that "
+                        "the store is reachable."
+                    )
                 )
             if _answers(f"{self.url}/health"):
                 return self
             time.sleep(0.5)
         self.stop()
-        raise TrackingError(f"mlflow server did not answer on {self.url}/health within {timeout_s:.0f} s.")
+        raise TrackingError(
+            redact_uri(
+                f"mlflow server on {self.uri} did not answer on {self.url}/health within {timeout_s:.0f} s. "
+                "Fix: check that the store is reachable, then start it again."
+            )
+        )
 
     def processes(self) -> list[int]:
         """The server's process ids: ``mlflow server`` and everything it started."""

@@ -274,6 +274,8 @@ def test_a_universe_of_one_member_is_refused(tiny_panel: pd.DataFrame, monkeypat
         ("postgresql://bob:my pass@db:5432/mlflow", "postgresql://bob:***@db:5432/mlflow"),
         ("postgresql://bob:p@ss/w rd@db/mlflow?sslmode=require", "postgresql://bob:***@db/mlflow?sslmode=require"),
         ("mysql+pymysql://bob:hunter2@db/mlflow", "mysql+pymysql://bob:***@db/mlflow"),
+        ("postgresql://bob:pw@/mlflow?host=/run/pg", "postgresql://bob:***@/mlflow?host=/run/pg"),  # unix socket
+        ("postgresql://postgres:@/mlflow?host=/run/pg", "postgresql://postgres:@/mlflow?host=/run/pg"),  # none
         ("postgresql://db/mlflow?user=bob&pwd=s3cret", "postgresql://db/mlflow?user=bob&pwd=***"),
         (
             "http://h:5000/?passphrase=abc&auth=xyz&credential=c&x=1",
@@ -490,7 +492,7 @@ def mlflow_behind_a_login(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         server_command(f"sqlite:///{root / 'server.db'}", port=port, artifacts=root / "artifacts"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env=server_env(),
+        env=server_env(f"sqlite:///{root / 'server.db'}"),
     )
     proxy = ThreadingHTTPServer(("127.0.0.1", 0), _LoginProxy)
     _LoginProxy.upstream = f"http://127.0.0.1:{port}"

@@ -269,7 +269,7 @@ def _free_port() -> int:
 def _server(db: Path, artifacts: Path, port: int) -> subprocess.Popen:
     proc = subprocess.Popen(
         server_command(f"sqlite:///{db}", port=port, artifacts=artifacts),
-        env=server_env(),
+        env=server_env(f"sqlite:///{db}"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

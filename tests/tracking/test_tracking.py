@@ -586,7 +586,7 @@ def test_tracker_logs_through_a_real_mlflow_server(server_backend: str, tmp_path
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        env=server_env(),
+        env=server_env(server_backend),
     )
     uri = f"http://127.0.0.1:{port}"
     try:

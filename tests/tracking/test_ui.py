@@ -153,16 +153,16 @@ def test_server_command_is_local_lean_and_on_the_project_store(tmp_path: Path) -
     command = server_command(uri, port=5123, project_dir=tmp_path)
     assert command[1:4] == ["-m", "mlflow", "server"]
     options = dict(zip(command[4::2], command[5::2]))
-    assert options == {
-        "--backend-store-uri": uri,
+    assert options == {  # the store is in the environment, never on the command line
         "--artifacts-destination": str(tmp_path / "mlartifacts"),
         "--host": "127.0.0.1",
         "--port": "5123",
         "--workers": "1",
         "--uvicorn-opts": "--no-access-log",
     }
-    env = server_env({"PATH": "/bin", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "true"})
+    env = server_env(uri, {"PATH": "/bin", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "true"})
     assert env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false" and env["PATH"] == "/bin"
+    assert env["MLFLOW_BACKEND_STORE_URI"] == uri
     assert SERVER_ENV["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
     assert artifacts_destination("postgresql://u@h/db", tmp_path) == tmp_path / "mlartifacts"
     with pytest.raises(ConfigError, match="running server already"):
