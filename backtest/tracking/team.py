@@ -4,9 +4,9 @@
 [--artifacts DIR]``) starts
 
 - the database: the PostgreSQL named by ``MLFLOW_BACKEND_STORE_URI`` (any PostgreSQL, in production;
-  its password stays in the environment, never in a file of the project), or, without it, a local
-  PostgreSQL from the ``pgserver`` wheel (``--pgdata``, default ``<project>/.team/pgdata``; it listens on
-  a unix socket only), for a trial;
+  its password stays in the environment, never in a file of the project nor on a command line), or,
+  without it, a local PostgreSQL from the ``pgserver`` wheel (``--pgdata``, default
+  ``<project>/.team/pgdata``; it listens on a unix socket only), for a trial;
 - ``mlflow server`` on it (one worker, job runner off), bound to 127.0.0.1 unless ``--host`` says
   otherwise, keeping the artifacts it is sent in ``--artifacts`` (default ``<project>/.team/mlartifacts``):
   clients upload them through the server (``mlflow-artifacts:/``), so they need no shared disk;
