@@ -21,7 +21,7 @@ from backtest import PROJECT_DIR, cli
 from backtest.errors import StoreUnavailableError
 from backtest.tracking.ui import server_command, server_env
 from tests.system.signal_job import POINTS
-from tests.system.tiny_market import TINY
+from tests.system.tiny_market import TINY, main_job
 
 FAST = [o for o in TINY if not o.startswith("backtest.retrain_every")] + ["backtest.retrain_every=5"]
 
@@ -64,6 +64,24 @@ def test_a_refused_schedule_writes_nothing_to_the_store(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 2 and "Traceback" not in err and "Fix:" in err
     assert not db.exists()  # the store was never opened: no FAILED run, no empty database
+
+
+def _closed_port() -> int:
+    """A local TCP port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_an_unreachable_dask_scheduler_is_refused_before_the_store_is_touched(tmp_path: Path) -> None:
+    db = tmp_path / "refused.db"
+    address = f"tcp://127.0.0.1:{_closed_port()}"
+    args = [*TINY, "engine.backend=dask", f"engine.scheduler={address}", f"tracking.uri=sqlite:///{db}"]
+    proc = main_job([*args, f"tracking.fallback_uri=sqlite:///{tmp_path / 'fallback.db'}"], tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "no Dask scheduler answers" in proc.stderr
+    assert address in proc.stderr and "engine.backend=loky" in proc.stderr  # the fix
+    assert not db.exists() and not (tmp_path / "fallback.db").exists()  # no FAILED run, no empty database
 
 
 def test_a_full_disk_while_recording_ends_the_run_failed_with_the_reason(
