@@ -106,6 +106,49 @@ def test_a_full_disk_while_recording_ends_the_run_failed_with_the_reason(
         assert "comparable" not in run.data.tags  # written only when a run is recorded whole
 
 
+def test_a_disk_full_for_the_store_and_its_fallback_leaves_the_run_for_the_next_start_to_close(
+    tmp_path: Path, monkeypatch, compose_config
+) -> None:
+    from backtest.cli import progress
+    from backtest.tracking import Tracker
+
+    uri = f"sqlite:///{tmp_path / 'full.db'}"
+    fallback = f"sqlite:///{tmp_path / 'fallback.db'}"  # on the same disk, as by default
+    full = False
+
+    def unless_full(real):
+        def write(self, *args, **kwargs):
+            if full:  # every write, the run's final status included
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(self, *args, **kwargs)
+
+        return write
+
+    for name in ("create_run", "log_batch", "set_tag", "set_terminated", "log_artifact", "log_artifacts"):
+        monkeypatch.setattr(MlflowClient, name, unless_full(getattr(MlflowClient, name)))
+    first_fold = progress.FoldProgress.__call__
+
+    def disk_fills_after_the_first_fold(self, outcome, n):
+        nonlocal full
+        first_fold(self, outcome, n)
+        full = True
+
+    monkeypatch.setattr(progress.FoldProgress, "__call__", disk_fills_after_the_first_fold)
+    cfg = compose_config([*TINY, f"tracking.uri={uri}", f"tracking.fallback_uri={fallback}"])
+    with pytest.raises(StoreUnavailableError) as raised:
+        cli.run(cfg)
+    message = str(raised.value)
+    assert "\n" not in message and "No space left on device" in message and "tracking.fallback_uri=" in message
+    full = False  # space freed
+    (run,) = _runs(uri)
+    assert run.info.status == "RUNNING" and run.data.tags["owner"]  # its status could not be written
+    assert _runs(fallback) == []
+    tracker = Tracker(uri, "rankbacktest", PROJECT_DIR)
+    assert tracker.end_stale_runs(run.data.tags["config_key"]) == [run.info.run_id]  # what the next start does
+    (closed,) = _runs(uri)
+    assert closed.info.status == "FAILED" and "ended without closing the run" in closed.data.tags["error"]
+
+
 @pytest.mark.slow
 def test_kill_9_then_rerun_leaves_one_finished_run_and_nothing_running(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'killed.db'}"
