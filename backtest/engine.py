@@ -366,8 +366,7 @@ def run_backtest(
     started = time.perf_counter()
     panel, label, schedule, portfolio = plan.panel, plan.label, plan.schedule, plan.portfolio
     labels, folds = plan.labels, plan.folds
-    if options.backend == "dask":
-        _dask_client(options.scheduler).close()  # an unreachable scheduler is refused before the features
+    check_scheduler(options)  # an unreachable scheduler is refused before the features
 
     audit = None
     if options.audit_cutoffs > 0:
@@ -585,6 +584,18 @@ def _stateless_fold(
 
 #: seconds a Dask scheduler has to answer before the run is refused
 DASK_CONNECT_TIMEOUT_S = 10
+
+
+def check_scheduler(options: EngineOptions) -> None:
+    """With ``backend="dask"``, connect to the scheduler once and let go: the job's pre-flight check
+    (:func:`backtest.cli.preflight.check_job`), so an unreachable one is refused before a run is opened.
+
+    Raises
+    ------
+    ConfigError : no Dask scheduler answers at ``options.scheduler`` within :data:`DASK_CONNECT_TIMEOUT_S`.
+    """
+    if options.backend == "dask":
+        _dask_client(options.scheduler).close()
 
 
 def _dask_client(address: str | None):

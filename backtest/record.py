@@ -44,11 +44,12 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from mlflow.exceptions import MlflowException
 
 from backtest.drift import PSI_MAX_ROWS, feature_value_drift, psi_artifact, psi_by_fold
 from backtest.drift import fold_windows as windows_of_folds
 from backtest.engine import BacktestResult
-from backtest.errors import FeatureAuditError, LeakageError, StoreUnavailableError
+from backtest.errors import FeatureAuditError, LeakageError, StoreUnavailableError, TrackingError
 from backtest.provenance import Provenance
 from backtest.reports import DriftRun, RunEvidence, write_backtest_reports
 from backtest.reports.files import REPORT_FILES
@@ -141,7 +142,9 @@ def record_run(
 
     Raises
     ------
-    StoreUnavailableError : the fallback store cannot be written either (both runs end FAILED).
+    StoreUnavailableError : the fallback store cannot be written either, in one line with the fix (both
+        runs end FAILED; a run whose status cannot be written either, as on a full disk, stays RUNNING
+        under its ``owner`` tag and the next start of its configuration marks it FAILED).
     """
     if identity.sweep_job and "dsr" in result.metrics:  # the study-wide dsr is logged when the sweep ends
         result.metrics["dsr_provisional"] = result.metrics.pop("dsr")
@@ -164,31 +167,59 @@ def record_run(
         return RecordedRun(run.run_id, run.artifact_uri, tracker.uri)
     except StoreUnavailableError as exc:
         # The server is gone: the whole run goes to the local fallback store, to be synced later.
-        local = Tracker(fallback or fallback_uri(tracker.project_dir), tracker.experiment, tracker.project_dir)
-        pending = replace(
-            identity,
-            parent_run_id=None,
-            tags={
-                **identity.tags,
-                "pending_sync": "true",
-                "fallback_for": redact_uri(tracker.uri),
-                "superseded_run": run.run_id,
-            },
-        )
-        with pending.open(local) as copy:
-            record_backtest(copy, result, provenance=provenance, title=identity.name, reports=reports)
-            recorded = RecordedRun(copy.run_id, copy.artifact_uri, local.uri)
+        local_uri = fallback or fallback_uri(tracker.project_dir)
+        try:
+            recorded = _record_in_fallback(local_uri, tracker, run, result, identity, provenance, reports)
+        except (OSError, MlflowException, TrackingError) as lost_too:
+            # both stores are gone (one full disk holds them by default): say so in one line, with the fix
+            raise StoreUnavailableError(
+                f"the tracking store {redact_uri(tracker.uri)} stopped answering ({one_line(exc)}) and the "
+                f"fallback store {redact_uri(local_uri)} could not take the run either ({one_line(lost_too)}). "
+                "Fix: free space on the disk, and keep the fallback store on another disk than the tracking "
+                "store: tracking.fallback_uri=sqlite:////OTHER/DISK/mlruns.db"
+            ) from lost_too
         log.warning(
             "the tracking store %s stopped answering (%s): the run was recorded in the fallback store "
             "%s as %s. When the server is back: python -m backtest.tracking sync --to %s",
             redact_uri(tracker.uri),
             exc,
-            local.uri,
+            recorded.store_uri,
             recorded.run_id,
             redact_uri(tracker.uri),
         )
         run.end("FAILED", error=f"the store stopped answering; recorded in the fallback store as {recorded.run_id}")
         return recorded
+
+
+def _record_in_fallback(
+    uri: str,
+    tracker: Tracker,
+    run: TrackedRun,
+    result: BacktestResult,
+    identity: RunIdentity,
+    provenance: Provenance,
+    reports: ReportChoice,
+) -> RecordedRun:
+    """The whole run recorded in the fallback store at ``uri``, tagged ``pending_sync=true``."""
+    local = Tracker(uri, tracker.experiment, tracker.project_dir)
+    pending = replace(
+        identity,
+        parent_run_id=None,
+        tags={
+            **identity.tags,
+            "pending_sync": "true",
+            "fallback_for": redact_uri(tracker.uri),
+            "superseded_run": run.run_id,
+        },
+    )
+    with pending.open(local) as copy:
+        record_backtest(copy, result, provenance=provenance, title=identity.name, reports=reports)
+        return RecordedRun(copy.run_id, copy.artifact_uri, local.uri)
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc``'s message on one line (MLflow's and SQLAlchemy's span several)."""
+    return " ".join(str(getattr(exc, "message", exc)).split())
 
 
 def record_guard_failure(run: TrackedRun, exc: LeakageError | FeatureAuditError, data_fingerprint: str) -> None:

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 def check_job(cfg: DictConfig, overrides: Sequence[str] | None = None) -> tuple[Parts, SuppliedIndex | None]:
     """Check a job's config before any expensive work: no text where the config holds a number, every
-    part built (each refuses its own bad settings), the index file of ``data.benchmark_path`` read.
+    part built (each refuses its own bad settings), the index file of ``data.benchmark_path`` read, the
+    Dask scheduler of ``engine.backend=dask`` answering.
 
     Parameters
     ----------
@@ -36,14 +37,17 @@ def check_job(cfg: DictConfig, overrides: Sequence[str] | None = None) -> tuple[
 
     Raises
     ------
-    ConfigError : text given for a number or a boolean (:func:`backtest.cli.errors.text_in_a_number`), or
-        a part refuses its settings; whatever else building a part raises, which
-        :func:`backtest.cli.errors.user_error` words.
+    ConfigError : text given for a number or a boolean (:func:`backtest.cli.errors.text_in_a_number`), a
+        part refuses its settings, or no Dask scheduler answers at ``engine.scheduler``; whatever else
+        building a part raises, which :func:`backtest.cli.errors.user_error` words.
     DataContractError : the index file is missing or malformed.
     """
+    from backtest.engine import check_scheduler
+
     mistyped = text_in_a_number(cfg, overrides)
     if mistyped is not None:
         raise mistyped
     parts = build_parts(cfg)  # every part first: a config mistake must surface before any expensive work
     benchmark = load_benchmark(cfg)  # a missing or malformed index file too, before the panel is read
+    check_scheduler(parts.options)  # a scheduler that does not answer, before any run is opened
     return parts, benchmark

@@ -523,23 +523,34 @@ class TrackedRun:
         """Terminate the run with ``status`` (idempotent). ``error`` is stored in the ``error`` tag.
 
         A failure of the store while ending is logged, not raised: it must not hide the exception
-        that ended the run.
+        that ended the run. The status is written even when the ``error`` tag is not taken; a run whose
+        status cannot be written (a lost server, a full disk) stays RUNNING under its ``owner`` tag, and the
+        next start of its configuration marks it FAILED (:meth:`Tracker.end_stale_runs`).
         """
         if self._ended:
             return
         self._ended = True
         client = self.tracker.client
-        try:
-            if error is not None:
+        if error is not None:
+            try:
                 _while_busy(
                     lambda: client.set_tag(self.run_id, "error", cut_text(redact_uri(error), MAX_TAG_VALUE_CHARS))
                 )
+            except Exception as exc:  # the store may be down: report, never mask the original error
+                logger.error("could not tag MLflow run %s with its error: %s", self.run_id, exc)
+        try:
             _while_busy(
                 lambda: client.set_terminated(self.run_id, status=RunStatus.to_string(RunStatus.from_string(status)))
             )
             logger.info("MLflow run %s ended %s", self.run_id, status)
-        except Exception as exc:  # the store may be down: report, never mask the original error
-            logger.error("could not end MLflow run %s as %s: %s", self.run_id, status, exc)
+        except Exception as exc:
+            logger.error(
+                "could not end MLflow run %s as %s (%s): it stays RUNNING until the next start of its "
+                "configuration marks it FAILED",
+                self.run_id,
+                status,
+                exc,
+            )
 
     # -- internals ---------------------------------------------------------------------------------
 

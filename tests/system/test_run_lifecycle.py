@@ -21,7 +21,7 @@ from backtest import PROJECT_DIR, cli
 from backtest.errors import StoreUnavailableError
 from backtest.tracking.ui import server_command, server_env
 from tests.system.signal_job import POINTS
-from tests.system.tiny_market import TINY
+from tests.system.tiny_market import TINY, main_job
 
 FAST = [o for o in TINY if not o.startswith("backtest.retrain_every")] + ["backtest.retrain_every=5"]
 
@@ -66,6 +66,24 @@ def test_a_refused_schedule_writes_nothing_to_the_store(tmp_path: Path) -> None:
     assert not db.exists()  # the store was never opened: no FAILED run, no empty database
 
 
+def _closed_port() -> int:
+    """A local TCP port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_an_unreachable_dask_scheduler_is_refused_before_the_store_is_touched(tmp_path: Path) -> None:
+    db = tmp_path / "refused.db"
+    address = f"tcp://127.0.0.1:{_closed_port()}"
+    args = [*TINY, "engine.backend=dask", f"engine.scheduler={address}", f"tracking.uri=sqlite:///{db}"]
+    proc = main_job([*args, f"tracking.fallback_uri=sqlite:///{tmp_path / 'fallback.db'}"], tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "no Dask scheduler answers" in proc.stderr
+    assert address in proc.stderr and "engine.backend=loky" in proc.stderr  # the fix
+    assert not db.exists() and not (tmp_path / "fallback.db").exists()  # no FAILED run, no empty database
+
+
 def test_a_full_disk_while_recording_ends_the_run_failed_with_the_reason(
     tmp_path: Path, monkeypatch, compose_config
 ) -> None:
@@ -86,6 +104,49 @@ def test_a_full_disk_while_recording_ends_the_run_failed_with_the_reason(
         (run,) = _runs(store)
         assert run.info.status == "FAILED" and "No space left on device" in run.data.tags["error"]
         assert "comparable" not in run.data.tags  # written only when a run is recorded whole
+
+
+def test_a_disk_full_for_the_store_and_its_fallback_leaves_the_run_for_the_next_start_to_close(
+    tmp_path: Path, monkeypatch, compose_config
+) -> None:
+    from backtest.cli import progress
+    from backtest.tracking import Tracker
+
+    uri = f"sqlite:///{tmp_path / 'full.db'}"
+    fallback = f"sqlite:///{tmp_path / 'fallback.db'}"  # on the same disk, as by default
+    full = False
+
+    def unless_full(real):
+        def write(self, *args, **kwargs):
+            if full:  # every write, the run's final status included
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(self, *args, **kwargs)
+
+        return write
+
+    for name in ("create_run", "log_batch", "set_tag", "set_terminated", "log_artifact", "log_artifacts"):
+        monkeypatch.setattr(MlflowClient, name, unless_full(getattr(MlflowClient, name)))
+    first_fold = progress.FoldProgress.__call__
+
+    def disk_fills_after_the_first_fold(self, outcome, n):
+        nonlocal full
+        first_fold(self, outcome, n)
+        full = True
+
+    monkeypatch.setattr(progress.FoldProgress, "__call__", disk_fills_after_the_first_fold)
+    cfg = compose_config([*TINY, f"tracking.uri={uri}", f"tracking.fallback_uri={fallback}"])
+    with pytest.raises(StoreUnavailableError) as raised:
+        cli.run(cfg)
+    message = str(raised.value)
+    assert "\n" not in message and "No space left on device" in message and "tracking.fallback_uri=" in message
+    full = False  # space freed
+    (run,) = _runs(uri)
+    assert run.info.status == "RUNNING" and run.data.tags["owner"]  # its status could not be written
+    assert _runs(fallback) == []
+    tracker = Tracker(uri, "rankbacktest", PROJECT_DIR)
+    assert tracker.end_stale_runs(run.data.tags["config_key"]) == [run.info.run_id]  # what the next start does
+    (closed,) = _runs(uri)
+    assert closed.info.status == "FAILED" and "ended without closing the run" in closed.data.tags["error"]
 
 
 @pytest.mark.slow
