@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from mlflow.exceptions import MlflowException
 
 from backtest.drift import PSI_MAX_ROWS, feature_value_drift, psi_artifact, psi_by_fold
 from backtest.drift import fold_windows as windows_of_folds
@@ -54,7 +53,7 @@ from backtest.provenance import Provenance
 from backtest.reports import DriftRun, RunEvidence, write_backtest_reports
 from backtest.reports.files import REPORT_FILES
 from backtest.reports.plots import plot_fold_metric
-from backtest.tracking import ARTIFACTS, TrackedRun, Tracker, fallback_uri, redact_uri
+from backtest.tracking import ARTIFACTS, STORE_ERRORS, TrackedRun, Tracker, fallback_uri, redact_uri
 from backtest.tracking.layout import COMPARE_IMAGES
 
 log = logging.getLogger(__name__)
@@ -170,7 +169,7 @@ def record_run(
         local_uri = fallback or fallback_uri(tracker.project_dir)
         try:
             recorded = _record_in_fallback(local_uri, tracker, run, result, identity, provenance, reports)
-        except (OSError, MlflowException, TrackingError) as lost_too:
+        except (*STORE_ERRORS, TrackingError) as lost_too:
             # both stores are gone (one full disk holds them by default): say so in one line, with the fix
             raise StoreUnavailableError(
                 f"the tracking store {redact_uri(tracker.uri)} stopped answering ({one_line(exc)}) and the "

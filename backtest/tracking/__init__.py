@@ -73,6 +73,7 @@ from backtest.tracking.redaction import (
 )
 from backtest.tracking.run import TrackedRun, Tracker, config_key, open_run, store_unavailable
 from backtest.tracking.store import (
+    STORE_ERRORS,
     TrackingConfig,
     default_artifact_location,
     prepare_store,
@@ -82,6 +83,7 @@ from backtest.tracking.store import (
 __all__ = [
     "ARTIFACTS",
     "MAX_PARAM_VALUE_CHARS",
+    "STORE_ERRORS",
     "Provenance",
     "RunArtifacts",
     "RunKind",

@@ -40,7 +40,13 @@ from backtest.tracking.redaction import (
     redact_uri,
     tag_values,
 )
-from backtest.tracking.store import TrackingConfig, default_artifact_location, prepare_store, resolve_tracking_uri
+from backtest.tracking.store import (
+    STORE_ERRORS,
+    TrackingConfig,
+    default_artifact_location,
+    prepare_store,
+    resolve_tracking_uri,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -371,7 +377,7 @@ class TrackedRun:
                 self.tracker.client.log_artifacts(self.run_id, str(local_path), artifact_path)
             else:
                 self.tracker.client.log_artifact(self.run_id, str(local_path), artifact_path)
-        except (MlflowException, OSError) as exc:
+        except STORE_ERRORS as exc:
             self._raise_if_unavailable(exc, f"artifact {local_path.name}")
             raise TrackingError(f"Could not log artifact {local_path} to run {self.run_id}: {exc.message}") from exc
         raise_if_stopped()
@@ -445,7 +451,7 @@ class TrackedRun:
                     self.tracker.client.log_image(
                         self.run_id, image.convert("RGB"), key=key, step=int(step), synchronous=True
                     )
-            except (MlflowException, OSError, ValueError) as exc:
+            except (*STORE_ERRORS, ValueError) as exc:
                 self._raise_if_unavailable(exc, f"image {key!r}")
                 raise TrackingError(f"MLflow refused the image {key!r} for run {self.run_id}: {exc}") from exc
 
@@ -486,7 +492,7 @@ class TrackedRun:
             else:
                 try:
                     path = self.tracker.client.download_artifacts(self.run_id, artifact_file, tmp)
-                except (MlflowException, OSError) as exc:
+                except STORE_ERRORS as exc:
                     raise TrackingError(
                         f"run {self.run_id} has no readable artifact {artifact_file!r}: {exc}. Fix: read a run "
                         "made by `python -m backtest`, whose artifacts are complete."
@@ -505,7 +511,7 @@ class TrackedRun:
             if artifact_file not in listed:
                 return None
             return self.tracker.client.download_artifacts(self.run_id, artifact_file, str(directory))
-        except (MlflowException, OSError) as exc:
+        except STORE_ERRORS as exc:
             raise TrackingError(f"cannot read {artifact_file} of run {self.run_id}: {exc}") from None
 
     def list_artifacts(self, path: str | None = None) -> list[str]:
@@ -562,7 +568,7 @@ class TrackedRun:
         raise_if_stopped()  # a write is a unit: a stop is taken before or after it, never inside
         try:
             self.tracker.client.log_batch(self.run_id, synchronous=True, **entities)
-        except (MlflowException, OSError) as exc:
+        except STORE_ERRORS as exc:
             self._raise_if_unavailable(exc, what)
             names = [e.key for group in entities.values() for e in group]
             hint = (

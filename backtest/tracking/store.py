@@ -45,6 +45,10 @@ from backtest.tracking.redaction import redact_uri
 
 logger = logging.getLogger(__name__)
 
+#: What a store raises when it cannot take a write: MLflow's errors (a server gone, a locked database) and
+#: the disk's (a full disk, a read-only folder). Callers outside this package catch these, never MLflow's.
+STORE_ERRORS: tuple[type[Exception], ...] = (MlflowException, OSError)
+
 #: The experiment tag MLflow 3's UI keeps for the kind of experiment (``mlflow.experimentKind``; the UI's
 #: values: ``genai_development``, ``custom_model_development``, ...): this project's experiments are classic
 #: model training (runs, params, metrics, artifacts), not GenAI apps. Set on creation and added to an
