@@ -7,9 +7,9 @@ This module holds what the engine, the tracking tags and the reports share about
 - :class:`LeakageRecord`: one fold's evidence (cutoffs, the largest ``label_end`` used, purged counts);
 - :func:`check_fold`: the rule itself, checked against ``label_end`` (raises :class:`LeakageError`);
 - :func:`fold_rows`: which rows of a (date, code) table a fold trains, validates and predicts on;
-- :data:`GUARD_STATUSES`, :func:`leak_guard_status`, :func:`not_comparable_reasons` and
-  :func:`is_comparable`: the verdicts that become the ``leak_guard``, ``feature_audit``, ``comparable``
-  and ``comparable_reason`` tags (the audit's own verdict is
+- :data:`GUARD_STATUSES`, :func:`leak_guard_status` and :func:`not_comparable_reasons`: the verdicts
+  that become the ``leak_guard``, ``feature_audit``, ``comparable`` (no reason) and ``comparable_reason``
+  tags (the audit's own verdict is
   :attr:`backtest.features.audit.AuditReport.status`; a run without a report switched the audit off).
 
 The verdicts (tag values)::
@@ -34,8 +34,10 @@ twin (``backtest.purge=true``) is comparable because its guards passed.
 Examples
 --------
 >>> traded = dict(tradable_days=120, test_days=123)
->>> is_comparable("passed", "passed", **traded), is_comparable("passed", "disabled", **traded)
-(True, False)
+>>> not_comparable_reasons("passed", "passed", **traded)
+()
+>>> len(not_comparable_reasons("passed", "disabled", **traded))
+1
 >>> (reason,) = not_comparable_reasons("passed", "passed", tradable_days=6, test_days=123)
 >>> reason.split(":")[0]
 'the book could trade on 6 of 123 test days (4.9%), fewer than the 90% a comparable run needs'
@@ -170,11 +172,6 @@ def not_comparable_reasons(
             f"{MIN_TRADABLE_SHARE:.0%} a comparable run needs: on the others fewer than top_k index members traded"
         )
     return tuple(reasons)
-
-
-def is_comparable(leak_guard: str, feature_audit: str, *, tradable_days: int | None, test_days: int | None) -> bool:
-    """:func:`not_comparable_reasons` found none."""
-    return not not_comparable_reasons(leak_guard, feature_audit, tradable_days=tradable_days, test_days=test_days)
 
 
 # ----------------------------------------------------------------------------------------------------
