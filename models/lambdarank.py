@@ -79,6 +79,13 @@ class LambdaRankConfig:
         its best iteration is mostly noise; the rank IC uses every stock of every day.
     min_rounds : trees a fresh fit keeps at least: the best iteration is chosen among iterations
         ``>= min_rounds`` and training never stops before them (1 = no minimum).
+    sublist_size : None (default) trains on each day's whole list: a round's lambdas cost the square of
+        the day's stocks. An integer ``m`` splits each training day into ``ceil(n / m)`` random
+        sub-lists of near-equal size (:func:`day_sublists`) and LambdaRank forms pairs within a
+        sub-list only: every pair of a day is still drawn with the same probability, about
+        ``(m - 1) / (n - 1)``, so the whole list's objective is kept in expectation, at a cost linear
+        in the day's stocks. The split of a day depends on its date and ``seed`` only, so every fold
+        that trains on a day splits it alike. Validation and scoring stay whole days.
     num_threads : LightGBM threads, 0 = all cores.
     seed, deterministic : with ``deterministic`` and ``force_col_wise`` (always on: faster than
         row-wise on this shape) a fit is bit-for-bit reproducible.
@@ -101,6 +108,7 @@ class LambdaRankConfig:
     early_stopping_rounds: int | None = 10
     early_stopping_metric: str = "ndcg"
     min_rounds: int = 1
+    sublist_size: int | None = None
     num_threads: int = 0
     seed: int = 0
     deterministic: bool = True
@@ -144,6 +152,13 @@ class LambdaRankConfig:
                 f"model.min_rounds: expected an integer in [1, num_boost_round={self.num_boost_round}], received "
                 f"{self.min_rounds!r}.\n  fix: model.config.min_rounds=1 (no minimum)"
             )
+        if self.sublist_size is not None and (
+            isinstance(self.sublist_size, bool) or not isinstance(self.sublist_size, int) or self.sublist_size < 2
+        ):
+            raise ConfigError(
+                f"model.sublist_size: expected null (whole days) or an integer >= 2, received "
+                f"{self.sublist_size!r}.\n  fix: model.config.sublist_size=64"
+            )
         if self.warm_start and (self.warm_start_rounds < 1 or self.full_refit_every < 1):
             raise ConfigError(
                 "model.warm_start_rounds and model.full_refit_every must be >= 1 with warm_start, received "
@@ -177,6 +192,48 @@ class LambdaRankConfig:
         }
         params.update(self.extra)
         return params
+
+
+def day_sublists(
+    day_dates: np.ndarray, counts: np.ndarray, size: int | None, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The order of each day's rows and the query groups of random sub-lists of at most ``size`` rows.
+
+    Parameters
+    ----------
+    day_dates : datetime64 (n_days,), each day's date; counts : int (n_days,), each day's rows.
+    size : the sub-list size (None: one group per day, rows in their order).
+    seed : with a day's date, the seed of its shuffle: a day is split alike whatever else is fitted.
+
+    Returns
+    -------
+    order : int64 (sum(counts),), for each position of the days' concatenated rows, the row it takes
+        (a permutation within each day).
+    groups : int32, the group sizes: ``ceil(n / size)`` near-equal sub-lists per day of ``n`` rows.
+
+    >>> order, groups = day_sublists(np.array(["2024-01-02", "2024-01-03"], "datetime64[ns]"), np.array([5, 3]), 2, 0)
+    >>> groups.tolist(), sorted(order[:5].tolist()), sorted(order[5:].tolist())
+    ([2, 2, 1, 2, 1], [0, 1, 2, 3, 4], [5, 6, 7])
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    if size is None:
+        return np.arange(starts[-1], dtype=np.int64), counts.astype(np.int32)
+    order = np.empty(starts[-1], dtype=np.int64)
+    days = np.asarray(day_dates, dtype="datetime64[D]").astype(np.int64)
+    for day, start, n in zip(days.tolist(), starts[:-1].tolist(), counts.tolist(), strict=True):
+        order[start : start + n] = start + np.random.default_rng([seed, day]).permutation(n)
+    return order, sublist_groups(counts, size)
+
+
+def sublist_groups(counts: np.ndarray, size: int) -> np.ndarray:
+    """Group sizes, int32: each day of ``n`` rows cut into ``ceil(n / size)`` near-equal sub-lists.
+
+    >>> sublist_groups(np.array([5, 3, 4]), 2).tolist()
+    [2, 2, 1, 2, 1, 2, 2]
+    """
+    parts = [np.full(k, n // k) + (np.arange(k) < n % k) for n in np.asarray(counts).tolist() for k in [-(-n // size)]]
+    return np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, dtype=np.int32)
 
 
 class EarlyStopping:
@@ -223,13 +280,20 @@ class StopBetweenRounds:
         raise_if_stopped()
 
 
-def _rank_ic_feval(valid: RankingData) -> Callable[[np.ndarray, Any], tuple[str, float, bool]]:
-    """LightGBM ``feval`` of the validation set ``valid``: its mean daily rank IC (``"rank_ic"``)."""
+def _rank_ic_feval(
+    valid: RankingData, order: np.ndarray | None = None
+) -> Callable[[np.ndarray, Any], tuple[str, float, bool]]:
+    """LightGBM ``feval`` of the validation set ``valid``: its mean daily rank IC (``"rank_ic"``).
+    ``order``: the row of ``valid`` each Dataset row holds, when the Dataset holds them in another order."""
     assert valid.relevance is not None
     starts, target = valid.day_starts(), np.asarray(valid.relevance, dtype=np.float64)
 
     def rank_ic(preds: np.ndarray, _: Any) -> tuple[str, float, bool]:
-        return "rank_ic", mean_daily_rank_ic(np.asarray(preds, dtype=np.float64), target, starts), True
+        scores = np.asarray(preds, dtype=np.float64)
+        if order is not None:
+            scores = np.empty_like(scores)
+            scores[order] = preds
+        return "rank_ic", mean_daily_rank_ic(scores, target, starts), True
 
     return rank_ic
 
@@ -250,13 +314,16 @@ class _Rows(lgb.Sequence):
 
     batch_size = 4096
 
-    def __init__(self, data: RankingData) -> None:
-        self.data = data
+    def __init__(self, data: RankingData, order: np.ndarray | None = None) -> None:
+        self.data, self.order = data, order
 
     def __len__(self) -> int:
         return self.data.n_samples
 
     def __getitem__(self, idx: int | slice | list[int]) -> np.ndarray:
+        if self.order is not None:
+            idx = self.order[idx]
+            return self.data.feature_values(idx) if np.ndim(idx) else self.data.feature_values(slice(idx, idx + 1))[0]
         if isinstance(idx, slice):
             return self.data.feature_values(idx)
         if np.ndim(idx) == 0:
@@ -274,6 +341,9 @@ class BinnedPanel:
         ``min_data_in_leaf`` and the seed, so folds must train with the same parameters.
     history_end : bin edges are computed from the samples dated ``<= history_end`` only, then every
         sample is placed into those bins; a fold's subset holds its bins only.
+    sublist_size, seed : with a ``sublist_size``, each day's rows are held in the random order of
+        :func:`day_sublists` (the bins are the same), so that a training subset can cut each day into
+        contiguous random sub-lists (``subset(..., sublists=True)``).
 
     Attributes
     ----------
@@ -295,6 +365,8 @@ class BinnedPanel:
         params: dict[str, Any],
         *,
         history_end: np.datetime64 | None = None,
+        sublist_size: int | None = None,
+        seed: int = 0,
     ) -> None:
         t0 = time.perf_counter()
         self.source = data
@@ -303,6 +375,14 @@ class BinnedPanel:
         self._starts = data.day_starts()
         self.feature_names = data.feature_names
         self.params = dict(params)
+        self.sublist_size = sublist_size
+        # order[p]: the sample held at position p of the binned data; position: its inverse
+        self.order: np.ndarray | None = None
+        self.position: np.ndarray | None = None
+        if sublist_size is not None:
+            self.order, _ = day_sublists(data.dates[self._starts[:-1]], np.diff(self._starts), sublist_size, seed)
+            self.position = np.empty_like(self.order)
+            self.position[self.order] = np.arange(len(self.order))
         placeholder = np.zeros(data.n_samples, dtype=np.float32)  # labels come with each fold
         names = list(data.feature_names)
         if history_end is None:
@@ -323,7 +403,7 @@ class BinnedPanel:
         # then pushed into them a batch at a time.
         reference = self._bin_edges(data.feature_blocks(n_ref), names)
         self.dataset = lgb.Dataset(
-            _Rows(data),
+            _Rows(data, self.order),
             label=placeholder,
             reference=reference,
             feature_name=names,
@@ -398,18 +478,43 @@ class BinnedPanel:
             )
         return counts.astype(np.int32)
 
-    def subset(self, rows: np.ndarray, relevance: np.ndarray) -> lgb.Dataset:
-        """The binned samples at ``rows`` (whole days, increasing) as a constructed Dataset.
+    def order_of(self, rows: np.ndarray) -> np.ndarray | None:
+        """For each row of :meth:`subset`'s Dataset of ``rows``, its index in ``rows``; None when the
+        Dataset holds them in the order given (a panel without sub-lists)."""
+        if self.position is None:
+            return None
+        return np.argsort(self.position[np.asarray(rows, dtype=np.int64)], kind="stable")
+
+    def subset(
+        self,
+        rows: np.ndarray,
+        relevance: np.ndarray,
+        *,
+        sublists: bool = False,
+        init_score: np.ndarray | None = None,
+    ) -> lgb.Dataset:
+        """The binned samples at ``rows`` (whole days, increasing) as a constructed Dataset, one query
+        group per day, or with ``sublists`` (a panel built with a ``sublist_size``) per random sub-list.
 
         Parameters
         ----------
         rows : int (n_rows,), positions in the panel's data.
         relevance : int (n_rows,), the relevance levels of those rows.
+        init_score : float (n_rows,), the rows' starting scores (a continued fit), or None.
         """
         sizes = self.whole_days(rows)
+        if sublists and self.sublist_size is None:
+            raise DataContractError("BinnedPanel.subset: sub-lists need a panel built with a sublist_size.")
+        order = self.order_of(rows)
+        rows = np.asarray(rows, dtype=np.int64)
+        if order is not None:  # each day's rows in the panel's shuffled order
+            rows, relevance = self.position[rows[order]], np.asarray(relevance)[order]
+            init_score = None if init_score is None else np.asarray(init_score)[order]
         ds = self.dataset.subset(np.asarray(rows, dtype=np.int32)).construct()
         ds.set_label(np.asarray(relevance, dtype=np.float32))
-        ds.set_group(sizes)
+        ds.set_group(sublist_groups(sizes, self.sublist_size) if sublists else sizes)
+        if init_score is not None:
+            ds.set_init_score(init_score)
         return ds
 
     def rows_of(self, data: RankingData) -> np.ndarray | None:
@@ -487,7 +592,10 @@ class LambdaRankRanker(RankerBase):
     def prepare(self, data: RankingData, *, history_end: np.datetime64 | None = None) -> None:
         """Bin every sample once (:class:`BinnedPanel`); later fits on data ``take``-n from ``data``
         train on subsets. Resets warm start."""
-        self.panel = BinnedPanel(data, self.config.lgb_params(), history_end=history_end)
+        cfg = self.config
+        self.panel = BinnedPanel(
+            data, cfg.lgb_params(), history_end=history_end, sublist_size=cfg.sublist_size, seed=cfg.seed
+        )
         self.fits_since_refit = 0
 
     def _check(self, data: RankingData, what: str, labelled: bool) -> None:
@@ -521,27 +629,45 @@ class LambdaRankRanker(RankerBase):
         reference: lgb.Dataset | None,
         params: dict[str, Any],
         previous: lgb.Booster | None,
-    ) -> lgb.Dataset:
-        """``data`` as a training or validation Dataset; continuing ``previous``, its rows start from
-        that booster's scores (``init_score``)."""
+        *,
+        train: bool,
+    ) -> tuple[lgb.Dataset, np.ndarray | None]:
+        """``data`` as a training (``train``: cut into sub-lists when ``sublist_size`` is set) or
+        validation Dataset, and for each Dataset row its sample in ``data`` (None: in order); continuing
+        ``previous``, its rows start from that booster's scores (``init_score``)."""
         assert data.relevance is not None
         init = None if previous is None else self._scores(previous, data)
+        sublists = train and self.config.sublist_size is not None
         rows = self.panel.rows_of(data) if self.panel is not None else None
         if rows is not None:
             assert self.panel is not None
-            ds = self.panel.subset(rows, data.relevance)
-            if init is not None:
-                ds.set_init_score(init)
-            return ds
-        return lgb.Dataset(
-            data.X,
-            label=data.relevance.astype(np.float32),
-            group=data.group_sizes(),
+            ds = self.panel.subset(rows, data.relevance, sublists=sublists, init_score=init)
+            return ds, self.panel.order_of(rows)
+        if not sublists:
+            ds = lgb.Dataset(
+                data.X,
+                label=data.relevance.astype(np.float32),
+                group=data.group_sizes(),
+                reference=reference,
+                init_score=init,
+                feature_name=list(data.feature_names),
+                params=params,
+            )
+            return ds, None
+        starts = data.day_starts()
+        order, groups = day_sublists(
+            data.dates[starts[:-1]], np.diff(starts), self.config.sublist_size, self.config.seed
+        )
+        ds = lgb.Dataset(
+            data.feature_values(order),
+            label=data.relevance[order].astype(np.float32),
+            group=groups,
             reference=reference,
-            init_score=init,
+            init_score=None if init is None else init[order],
             feature_name=list(data.feature_names),
             params=params,
         )
+        return ds, order
 
     def _scores(self, booster: lgb.Booster, data: RankingData) -> np.ndarray:
         """``booster``'s scores of ``data``, float64 (n_samples,), computed on the view of the rows where
@@ -576,18 +702,19 @@ class LambdaRankRanker(RankerBase):
         t0 = time.perf_counter()
         params = cfg.lgb_params()
         previous = self.booster if warm else None
-        train_ds = self._dataset(train, None, params, previous)
+        train_ds, _ = self._dataset(train, None, params, previous, train=True)
         callbacks: list[Any] = [StopBetweenRounds()]
         feval = None
         valid_sets, valid_names = [], []
         if valid is not None:
-            valid_sets, valid_names = [self._dataset(valid, train_ds, params, previous)], ["valid"]
+            valid_ds, valid_order = self._dataset(valid, train_ds, params, previous, train=False)
+            valid_sets, valid_names = [valid_ds], ["valid"]
             if cfg.early_stopping_rounds:
                 name = f"ndcg@{cfg.ndcg_depth}" if cfg.early_stopping_metric == "ndcg" else "rank_ic"
                 minimum = 1 if warm else cfg.min_rounds
                 callbacks.append(EarlyStopping(name, cfg.early_stopping_rounds, min_rounds=minimum))
             if cfg.early_stopping_metric == "rank_ic":
-                feval = _rank_ic_feval(valid)
+                feval = _rank_ic_feval(valid, valid_order)
         rounds = cfg.warm_start_rounds if warm else cfg.num_boost_round
         init_iter = previous.current_iteration() if previous is not None else 0
         booster = lgb.train(

@@ -14,7 +14,14 @@ import pytest
 from backtest.errors import ConfigError, DataContractError
 from backtest.metrics import daily_ic, daily_ndcg, relevance_gains
 from models.data import RankingData
-from models.lambdarank import WHOLE_LIST, BinnedPanel, EarlyStopping, LambdaRankConfig, LambdaRankRanker
+from models.lambdarank import (
+    WHOLE_LIST,
+    BinnedPanel,
+    EarlyStopping,
+    LambdaRankConfig,
+    LambdaRankRanker,
+    day_sublists,
+)
 
 Factory = Callable[..., tuple[RankingData, np.ndarray]]
 
@@ -159,6 +166,60 @@ def test_min_rounds_keeps_at_least_that_many_trees(make_ranking_data: Factory) -
         LambdaRankConfig(min_rounds=0)
     with pytest.raises(ConfigError, match="(?s)early_stopping_metric.*fix"):
         LambdaRankConfig(early_stopping_metric="ndcg@5")
+
+
+def test_a_days_sublists_depend_on_its_date_and_the_seed_only() -> None:
+    """Each day is a permutation of its own rows cut into ceil(n / size) near-equal groups, and a day is
+    split alike whatever other days are fitted with it (so every fold splits a day the same way)."""
+    dates = np.array(["2024-01-02", "2024-01-03", "2024-01-04"], "datetime64[ns]")
+    counts = np.array([300, 299, 7])
+    order, groups = day_sublists(dates, counts, 64, seed=5)
+    assert groups.tolist() == [60] * 5 + [60, 60, 60, 60, 59] + [7]  # 5, 5 and 1 sub-lists
+    starts = np.r_[0, np.cumsum(counts)]
+    for a, b in zip(starts[:-1], starts[1:], strict=True):
+        assert sorted(order[a:b].tolist()) == list(range(a, b))  # rows stay within their day
+    assert not np.array_equal(order[:300], np.arange(300))  # and are shuffled
+    alone, _ = day_sublists(dates[1:2], counts[1:2], 64, seed=5)
+    np.testing.assert_array_equal(alone + 300, order[300:599])  # the day alone: the same split
+    other, _ = day_sublists(dates, counts, 64, seed=6)
+    assert not np.array_equal(other[:300], order[:300])
+    whole_order, whole_groups = day_sublists(dates, counts, None, seed=5)
+    assert whole_groups.tolist() == counts.tolist() and np.array_equal(whole_order, np.arange(606))
+    with pytest.raises(ConfigError, match="(?s)sublist_size.*fix"):
+        LambdaRankConfig(sublist_size=1)
+
+
+def test_sublists_train_on_random_groups_the_same_on_the_panel_as_on_raw_rows(make_ranking_data: Factory) -> None:
+    """With sub-lists the panel holds each day in its shuffled order: a training subset has groups of at
+    most sublist_size rows whose labels are the rows' own, and the model is the one trained on the raw
+    rows cut the same way (the same bins); validation keeps whole days, and the
+    rank IC early stopping reads (the feval) is that of the Dataset's rows put back in order.
+    The bins come from the training window, as the engine bins."""
+    data, _ = make_ranking_data(n_days=70, n_stocks=30, n_features=5, signal=0.6, seed=5)
+    train, valid = data.take(np.arange(0, 50 * 30)), data.take(np.arange(55 * 30, 70 * 30))
+    cfg = LambdaRankConfig(
+        **{**SMALL, "sublist_size": 8, "early_stopping_rounds": 5, "early_stopping_metric": "rank_ic"}
+    )
+    binned = LambdaRankRanker(cfg)
+    binned.prepare(data, history_end=train.dates[-1])
+    assert binned.panel is not None
+    rows = np.arange(0, 50 * 30)
+    ds = binned.panel.subset(rows, train.relevance, sublists=True)
+    assert ds.get_group().tolist() == [8, 8, 7, 7] * 50  # 30 rows a day: 4 sub-lists
+    held = binned.panel.order[: 50 * 30]  # the sample at each position
+    np.testing.assert_array_equal(ds.get_label(), train.relevance[held])
+    np.testing.assert_array_equal(binned.panel.order_of(rows), held)
+    assert binned.panel.subset(rows, train.relevance).get_group().tolist() == [30] * 50  # whole days
+    binned.fit(train, valid)
+    raw = LambdaRankRanker(cfg).fit(train, valid)
+    assert binned.last_fit["binned"] and not raw.last_fit["binned"]
+    assert trees(binned.booster) == trees(raw.booster)
+    ours = oos_rank_ic(valid, binned.predict(valid), valid.relevance.astype(float)).mean()
+    assert binned.last_fit["best_score"]["rank_ic"] == pytest.approx(ours, abs=1e-9)
+    whole = LambdaRankRanker(LambdaRankConfig(**{**SMALL, "early_stopping_rounds": None})).fit(train)
+    assert trees(whole.booster) != trees(binned.booster)  # the groups change the lambdas
+    test = data.take(np.arange(50 * 30, 70 * 30))
+    assert oos_rank_ic(test, binned.predict(test), test.relevance.astype(float)).mean() > 0.3  # it still learns
 
 
 def test_fits_are_deterministic(make_ranking_data: Factory) -> None:
