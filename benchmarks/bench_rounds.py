@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_rounds.py                  # every setting below (about 3 min on 2 cores)
     .venv/bin/python benchmarks/bench_rounds.py base trunc30
+    .venv/bin/python benchmarks/bench_rounds.py base sub64 data.n_stocks=1500 data.n_members=1000   # another market
 
 The default market and config (``conf/``, composed as the CLI composes them), the first fold of the main
 job's schedule (500 days of 300 stocks, 285 features), binned once as the engine bins it; then each
@@ -36,6 +37,7 @@ SETTINGS: dict[str, dict] = {
     "trunc50": {"truncation_level": 50},
     "trunc30": {"truncation_level": 30},
     "sub100": {"sublist_size": 100},
+    "sub64": {"sublist_size": 64},
     "sub50": {"sublist_size": 50},
     "sub25": {"sublist_size": 25},
     "ff0.8": {"feature_fraction": 0.8},  # the default before 0.5
@@ -46,8 +48,9 @@ SETTINGS: dict[str, dict] = {
 
 
 def main() -> None:
-    names = sys.argv[1:] or list(SETTINGS)
-    parts = build_parts({}, [], groups=("data", "features", "label", "portfolio"))
+    overrides = [a for a in sys.argv[1:] if "=" in a]  # Hydra overrides of the market or the config
+    names = [a for a in sys.argv[1:] if "=" not in a] or list(SETTINGS)
+    parts = build_parts({}, overrides, groups=("data", "features", "label", "portfolio"))
     panel = parts["data"].panel
     plan = plan_backtest(panel, label=parts["label"], schedule=parts["schedule"], portfolio=parts["portfolio"])
     matrix = build_features(panel, parts["features"], data_fingerprint=panel_fingerprint(panel))
