@@ -21,13 +21,15 @@ STAGE_SECONDS = "stage seconds"
 
 class FoldProgress:
     """Each finished fold: a tqdm bar with an ETA (the CLI's choice) and its metrics logged to the run at
-    once (``fold/<name>``, step = fold), so that a run that dies later keeps its progress. A store that
-    stops answering is noted once and not asked again; the run is then recorded in the fallback store."""
+    once (``fold/<name>``, step = fold, timestamp = the fold's decision date), so that a run that dies later
+    keeps its progress. A store that stops answering is noted once and not asked again; the run is then
+    recorded in the fallback store."""
 
-    def __init__(self) -> None:
+    def __init__(self, decision_dates: Mapping[int, Any] | None = None) -> None:
         self.bar = None
         self.run: Any = None
         self.lost: StoreUnavailableError | None = None
+        self.decision_dates = dict(decision_dates or {})
 
     def __call__(self, outcome: Any, n_folds: int) -> None:
         if self.bar is None:
@@ -36,7 +38,7 @@ class FoldProgress:
             self.bar = tqdm(total=n_folds, desc="folds", unit="fold", file=sys.stderr, dynamic_ncols=True)
         if self.run is not None and self.lost is None:
             try:
-                self.run.log_fold_metrics({outcome.fold: outcome.metrics})
+                self.run.log_fold_metrics({outcome.fold: outcome.metrics}, self.decision_dates)
             except StoreUnavailableError as exc:
                 self.lost = exc
                 log.warning(

@@ -82,9 +82,17 @@ def test_main_job_records_one_complete_run(tmp_path: Path, capsys, compose_confi
     )
     assert run.data.metrics["n_folds"] == out["metrics"]["n_folds"] >= 2
     history = client.get_metric_history(out["run_id"], "fold/rank_ic")
-    # one point per fold, step = fold number (the last fold's labels may not be known yet: no point)
+    # one point per fold, step = fold number (the last fold's labels may not be known yet: no point, never NaN)
     assert sorted(m.step for m in history) == list(range(len(history)))
-    assert len(history) >= out["metrics"]["n_folds"] - 1
+    assert len(history) >= out["metrics"]["n_folds"] - 1 and all(np.isfinite(m.value) for m in history)
+    # each point is dated at its fold's decision date (the leakage records')
+    records = json.loads(
+        Path(client.download_artifacts(out["run_id"], ARTIFACTS.leakage_records, str(tmp_path))).read_text()
+    )
+    decisions = {r["fold"]: pd.Timestamp(r["decision_date"]) for r in records}
+    assert {m.step: pd.Timestamp(m.timestamp, unit="ms") for m in history} == {
+        m.step: decisions[m.step] for m in history
+    }
     tags = run.data.tags
     assert tags["leak_guard"] == "passed" and tags["feature_audit"] == "passed" and tags["comparable"] == "true"
     for key in ("git_commit", "git_dirty", "data_fingerprint", "feature_fingerprint", "code_fingerprint", "config_key"):
@@ -121,6 +129,10 @@ def test_main_job_records_one_complete_run(tmp_path: Path, capsys, compose_confi
     assert "leak guard      passed" in printed and out["run_id"] in printed
     assert "vs the index: beta" in printed and "(index: float-cap-weighted index of the universe)" in printed
     assert f"open the UI     {ui_command(uri)}" in printed  # the command that serves this store (tracking.ui)
+    # the printed summary is the run's description in the UI, whole
+    note = client.get_run(out["run_id"]).data.tags["mlflow.note.content"]
+    assert note.startswith("```\nbacktest ") and note.removeprefix("```\n").removesuffix("\n```") in printed
+    assert "leak guard      passed" in note and f"MLflow run      {out['run_id']}" in note
 
 
 def _all_artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
