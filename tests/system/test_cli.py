@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -15,6 +18,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from backtest import cli
 from backtest.cli.compose import CONF_DIR, build
+from backtest.cli.progress import FoldProgress
 from backtest.metrics import HEADLINE_KEYS
 from backtest.reports.study import STUDY_REPORT_FILES
 from backtest.statistics import dsr, expected_max_sharpe
@@ -289,7 +293,8 @@ def test_a_portfolio_depth_sweep_names_its_trials_and_reports_one_ndcg_key(tmp_p
 def test_a_study_config_without_multirun_is_refused(tmp_path: Path) -> None:
     proc = main_job(["+study=volatility", f"tracking.uri=sqlite:///{tmp_path / 'x.db'}"], tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "fix: python -m backtest -m +study=volatility" in proc.stderr
+    fix = shlex.split(proc.stderr.strip().splitlines()[-1].removeprefix("  fix: "))
+    assert fix[1:5] == ["-m", "backtest", "-m", "+study=volatility"]  # the user's command with -m: one paste away
     assert not (tmp_path / "x.db").exists()
 
 
@@ -298,3 +303,35 @@ def test_a_label_the_model_cannot_learn_from_is_refused_when_composed(tmp_path: 
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "cannot learn from label.processing=raw" in proc.stderr and "fix: label=default" in proc.stderr
     assert not (tmp_path / "x.db").exists()  # refused before the store was touched
+
+
+def test_log_lines_print_above_the_fold_bar_never_inside_it(capsys) -> None:
+    console = logging.StreamHandler(sys.stderr)  # the console's handler, on the stream of the bar
+    console.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(console)
+    progress = FoldProgress()
+    try:
+        for fold in range(3):
+            progress(SimpleNamespace(fold=fold, metrics={"rank_ic": 0.01 * fold}, resumed=False), 3)
+            logging.getLogger("models.lambdarank").warning("fit of fold %d", fold + 1)
+    finally:
+        progress.close()
+        restored = console in root.handlers  # the console's own handler is back once the bar is closed
+        root.removeHandler(console)
+    assert restored
+    lines = capsys.readouterr().err.split("\n")
+    for fold in (1, 2, 3):
+        line = next(line for line in lines if f"fit of fold {fold}" in line)
+        assert line.rsplit("\r", 1)[-1] == f"WARNING fit of fold {fold}", line  # the bar was cleared first
+
+
+def test_help_opens_with_the_readmes_example_commands_then_hydras_page(tmp_path: Path) -> None:
+    proc = main_job(["--help"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    head, groups, config = proc.stdout.partition("== Configuration groups ==")
+    assert head.startswith("python -m backtest [overrides]: a leakage-guarded rolling backtest")
+    examples = [line.split("  #")[0].strip() for line in head.splitlines() if line.startswith("  python -m backtest")]
+    readme = (Path(CONF_DIR).parent / "README.md").read_text()
+    assert len(examples) == 8 and [e for e in examples if e not in readme] == []  # the README's commands, no other
+    assert groups and "study: " in config and "== Config ==" in config  # Hydra's page follows
