@@ -296,6 +296,7 @@ def record_backtest(
             importance=importance_by_decision(result),
             value_drift=value_drift(result) if reports.drift_report else None,
             fold_psi=psi,
+            fold_rank_ic=result.fold_metrics.get("rank_ic"),
             evidence=run_evidence(result, run_name=title, run_id=run.run_id),
             drift_run=DriftRun(run_name=title, run_id=run.run_id, windows=windows),
             tearsheet=reports.tearsheet,
@@ -368,7 +369,8 @@ def importance_by_decision(result: BacktestResult) -> pd.DataFrame | None:
 
 
 def value_drift(result: BacktestResult, max_rows: int = 20_000) -> pd.DataFrame:
-    """PSI / KS of every feature: the first fold's training window against the test period."""
+    """The effect sizes of every feature's shift (PSI, KS D, SMD): the first fold's training window against
+    the whole test period (:func:`backtest.drift.feature_value_drift`)."""
     first = result.records[0]
     dates = result.features.index.get_level_values(0)
     reference = (dates >= first.train_start) & (dates <= first.train_end)
