@@ -39,7 +39,7 @@ from backtest.drift import (
     psi_flags,
 )
 from backtest.reports.drift_charts import HEATMAP_FEATURES, plot_importance_rank_heatmap, plot_psi_heatmap
-from backtest.reports.tables import date_label, markdown_table, page_head
+from backtest.reports.tables import date_label, html_table, markdown_table, page_head
 
 
 @dataclass(frozen=True)
@@ -290,7 +290,6 @@ def _html(run: DriftRun, sections: list[_Section]) -> str:
             if not len(section.table):
                 body.append("<p>(none)</p>")
                 continue
-            shown = section.table.apply(lambda col: col.map(date_label) if col.dtype.kind == "M" else col)
-            body.append(shown.to_html(index=False, float_format=lambda x: f"{x:.4g}", border=0, na_rep=""))
+            body.append(html_table(section.table))
     body.append("</body></html>")
     return "\n".join(body)

@@ -153,25 +153,14 @@ def server_env(uri: str, environ: Mapping[str, str] | None = None) -> dict[str, 
 
 
 def process_tree(pid: int) -> list[int]:
-    """``pid`` and all its descendants (Linux ``/proc``), sorted; [] when ``pid`` is gone."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    if not Path(f"/proc/{pid}").exists():
+    """``pid`` and all its descendants (psutil), sorted; [] when ``pid`` is gone."""
+    import psutil
+
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
         return []
-    found, stack = [], [pid]
-    while stack:
-        current = stack.pop()
-        found.append(current)
-        stack.extend(children.get(current, []))
-    return sorted(found)
+    return sorted([pid, *(child.pid for child in children)])
 
 
 @dataclass
