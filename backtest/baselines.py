@@ -231,7 +231,7 @@ def run_baselines(
     runs: dict[str, BaselineRun] = {}
     metrics: dict[str, float] = {}
     for name, s in scores.items():
-        result = simulate(s, panel, portfolio)
+        result = simulate(s, panel, portfolio, book=f"baseline {name}")
         fwd = labels.fwd_return.reindex(s.index)
         values = headline_metrics(
             result.returns,

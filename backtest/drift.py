@@ -29,8 +29,24 @@ Outputs:
 
 Feature value drift
 -------------------
-PSI and the two-sample Kolmogorov-Smirnov test (scipy) of every feature between a reference sample
-(a training window) and a current sample (test days). PSI binning: the edges are the deciles of
+Effect sizes of every feature between a reference sample (a training window) and a current sample (test
+days), never a p-value: with thousands of rows a side a two-sample test rejects any shift at all (a
+Kolmogorov-Smirnov p-value is below 1% once ``D`` exceeds about 0.03 at 6,000 rows a side), so it says
+only that n is large. Each is read on its own scale, with these thresholds:
+
+========  ===============================================================  ========  =====
+measure   what it is                                                       moderate  large
+========  ===============================================================  ========  =====
+``psi``   population stability index over the reference's deciles (below)  0.1       0.25
+``ks_d``  Kolmogorov-Smirnov statistic D: the largest gap between the two  0.1       0.2
+          empirical distribution functions, a share of the rows
+``smd``   standardized mean difference: (mean_cur - mean_ref) / the        0.2       0.5
+          pooled standard deviation (``|smd|``; Cohen's small / medium)
+========  ===============================================================  ========  =====
+
+The flag is PSI's alone (above 0.25, "significant"), so that the report tells one story; ``ks_d`` and
+``smd`` say whether a flagged shift moves the whole distribution (D) or its mean (SMD). PSI binning: the
+edges are the deciles of
 the **reference** (``n_bins - 1`` interior quantiles, numpy's linear interpolation; duplicates merged
 for discrete features), bins are right-closed ``(edge[i-1], edge[i]]`` with open outer bins, and a bin
 proportion of 0 is replaced by ``eps`` = 1e-4 so that the logarithm stays finite::
@@ -53,6 +69,7 @@ trend) differs between the two even in a stationary market; cross-sectionally no
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -69,6 +86,9 @@ logger = logging.getLogger(__name__)
 PSI_EPS = 1e-4
 PSI_MODERATE = 0.1
 PSI_SIGNIFICANT = 0.25
+#: Readings of the KS statistic D and of |SMD| (module docstring): a moderate and a large shift.
+KS_D_MODERATE, KS_D_LARGE = 0.1, 0.2
+SMD_MODERATE, SMD_LARGE = 0.2, 0.5
 #: Rows of each side of a per-fold PSI (evenly spaced; see the module docstring for the noise floor).
 PSI_MAX_ROWS = 10_000
 #: Fewest finite values a side for a per-fold PSI (20 a decile bin); fewer give NaN (e.g. a last fold of
@@ -228,7 +248,8 @@ def feature_value_drift(
     n_bins: int = 10,
     max_rows: int | None = None,
 ) -> pd.DataFrame:
-    """PSI and KS of every feature between a reference and a current sample.
+    """Effect sizes of the shift of every feature between a reference and a current sample: PSI, the KS
+    statistic D and the standardized mean difference (module docstring: their thresholds).
 
     Parameters
     ----------
@@ -237,14 +258,15 @@ def feature_value_drift(
     names : the n_features feature names (column order).
     n_bins : PSI quantile bins of the reference.
     max_rows : when a matrix has more rows, use ``max_rows`` evenly spaced rows of it (deterministic;
-        rows in (date, code) order keep every date represented). The KS test sorts both samples:
+        rows in (date, code) order keep every date represented). D sorts both samples:
         its cost: benchmarks/bench_tracking.py; None uses every row.
 
     Returns
     -------
-    DataFrame indexed by ``feature`` (in ``names`` order): ``psi``, ``ks_stat``, ``ks_pvalue``
-    (scipy ``ks_2samp``, two-sided, asymptotic p-value), ``n_ref``, ``n_cur`` (finite values used), ``psi_level``
-    (``stable`` / ``moderate`` / ``significant``). A feature without finite values on one side gets NaN.
+    DataFrame indexed by ``feature`` (in ``names`` order): ``psi``, ``ks_d`` (scipy's ``ks_2samp``
+    statistic), ``smd``, ``n_ref``, ``n_cur`` (finite values used), ``psi_level`` (``stable`` / ``moderate``
+    / ``significant``). A feature without finite values on one side gets NaN; ``smd`` is NaN when both
+    samples are constant.
 
     Raises
     ------
@@ -269,16 +291,16 @@ def feature_value_drift(
     psi = psi_per_column(reference, current, n_bins)
     rows = []
     for j, name in enumerate(names):
-        ref = reference[:, j]
-        cur = current[:, j]
+        ref = reference[:, j].astype(np.float64)
+        cur = current[:, j].astype(np.float64)
         ref = ref[np.isfinite(ref)]
         cur = cur[np.isfinite(cur)]
         if ref.size == 0 or cur.size == 0:
             rows.append((name, np.nan, np.nan, np.nan, ref.size, cur.size))
             continue
-        ks = stats.ks_2samp(ref, cur, method="asymp")
-        rows.append((name, float(psi[j]), float(ks.statistic), float(ks.pvalue), ref.size, cur.size))
-    table = pd.DataFrame(rows, columns=["feature", "psi", "ks_stat", "ks_pvalue", "n_ref", "n_cur"])
+        d = float(stats.ks_2samp(ref, cur, method="asymp").statistic)
+        rows.append((name, float(psi[j]), d, standardized_mean_difference(ref, cur), ref.size, cur.size))
+    table = pd.DataFrame(rows, columns=["feature", "psi", "ks_d", "smd", "n_ref", "n_cur"])
     table["psi_level"] = pd.cut(
         table["psi"],
         [-np.inf, PSI_MODERATE, PSI_SIGNIFICANT, np.inf],
@@ -286,6 +308,19 @@ def feature_value_drift(
         right=False,
     ).astype(object)
     return table.set_index("feature")
+
+
+def standardized_mean_difference(reference: np.ndarray, current: np.ndarray) -> float:
+    """(mean of ``current`` - mean of ``reference``) / sqrt((var_ref + var_cur) / 2), variances with ddof=1;
+    NaN when both samples are constant or either has fewer than two values.
+
+    >>> standardized_mean_difference(np.array([0.0, 2.0]), np.array([1.0, 3.0]))  # a shift of 1, sd sqrt(2)
+    0.7071067811865475
+    """
+    if len(reference) < 2 or len(current) < 2:
+        return float("nan")
+    pooled = math.sqrt((np.var(reference, ddof=1) + np.var(current, ddof=1)) / 2)
+    return float((np.mean(current) - np.mean(reference)) / pooled) if pooled > 0 else float("nan")
 
 
 def evenly_spaced(n_rows: int, max_rows: int) -> np.ndarray:
@@ -488,6 +523,70 @@ def psi_flags(psi: pd.DataFrame, threshold: float = PSI_SIGNIFICANT) -> pd.DataF
     )
     table.index.name = "feature"
     return table.sort_values(["folds_flagged", "max_psi"], ascending=[False, False], kind="stable")
+
+
+#: The columns of :func:`fold_summary` after the fold windows.
+FOLD_SUMMARY_COLUMNS = ("rank_ic", "psi_flagged", "psi_median", "jumps", "rank_spearman")
+
+
+def fold_summary(
+    windows: pd.DataFrame,
+    *,
+    fold_psi: pd.DataFrame | None = None,
+    drift: ImportanceDrift | None = None,
+    rank_ic: pd.Series | None = None,
+    threshold: float = PSI_SIGNIFICANT,
+) -> pd.DataFrame:
+    """One row per fold, the drift report's story: its windows, how well it ranked, how far its features
+    moved from its training window, and how its model's importance moved from the previous fold's.
+
+    Parameters
+    ----------
+    windows : :func:`fold_windows` (indexed by fold).
+    fold_psi : fold x feature PSI (:func:`psi_by_fold`, indexed by fold), or None.
+    drift : :func:`importance_drift` of the folds' gain, indexed by fold or by decision date (``windows``'
+        ``test_start``), or None.
+    rank_ic : each fold's mean daily rank IC (the run's ``fold/rank_ic``), indexed by fold, or None.
+    threshold : the PSI above which a feature counts as shifted (:data:`PSI_SIGNIFICANT`).
+
+    Returns
+    -------
+    DataFrame indexed by ``fold``: the window columns, then ``rank_ic``, ``psi_flagged`` (features with PSI
+    above ``threshold``), ``psi_median`` (over the features), ``jumps`` (importance jumps into the fold:
+    :func:`importance_jumps`) and ``rank_spearman`` (of the gain shares with the previous fold's); NaN where
+    an input is missing, and for the first fold's ``jumps`` and ``rank_spearman`` (no previous fold).
+
+    >>> days = lambda *d: pd.to_datetime(list(d))
+    >>> windows = pd.DataFrame(
+    ...     {"train_start": days("2024-01-02", "2024-02-01"), "train_end": days("2024-03-29", "2024-04-30"),
+    ...      "test_start": days("2024-04-08", "2024-05-08"), "test_end": days("2024-05-07", "2024-06-07")},
+    ...     index=pd.Index([0, 1], name="fold"))
+    >>> psi = pd.DataFrame({"a": [0.05, 0.40], "b": [0.02, 0.30], "c": [0.01, 0.01]}, index=windows.index)
+    >>> table = fold_summary(windows, fold_psi=psi, rank_ic=pd.Series([0.031, -0.012]))
+    >>> table[["rank_ic", "psi_flagged", "psi_median"]]
+          rank_ic  psi_flagged  psi_median
+    fold
+    0       0.031          0.0        0.02
+    1      -0.012          2.0        0.30
+    """
+    out = windows.loc[:, list(FOLD_WINDOW_COLUMNS)].copy()
+    out.index.name = "fold"
+    nan = pd.Series(np.nan, index=out.index)
+    out["rank_ic"] = rank_ic.reindex(out.index).astype(np.float64) if rank_ic is not None else nan
+    if fold_psi is not None:
+        psi = fold_psi.reindex(out.index)
+        out["psi_flagged"] = (psi > threshold).sum(axis=1).where(psi.notna().any(axis=1)).astype(np.float64)
+        out["psi_median"] = psi.median(axis=1)
+    else:
+        out["psi_flagged"] = out["psi_median"] = nan
+    out["jumps"] = out["rank_spearman"] = nan
+    if drift is not None:
+        dated = isinstance(drift.ranks.index, pd.DatetimeIndex)
+        label = pd.Series(out["test_start"].to_numpy() if dated else out.index.to_numpy(), index=out.index)
+        steps = drift.rank_stability.set_index("fold_to")
+        out["jumps"] = label.map(steps["n_jumps"]).astype(np.float64)
+        out["rank_spearman"] = label.map(steps["spearman"]).astype(np.float64)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from backtest.benchmark import IndexReturns, SuppliedIndex, benchmark_index
 from backtest.cache import cache_paths
 from backtest.checkpoints import Checkpoints, FoldOutcome, run_key
 from backtest.code_fingerprint import code_fingerprint
-from backtest.errors import ConfigError, FeatureAuditError, InsufficientHistoryError
+from backtest.errors import ConfigError, FeatureAuditError, InsufficientHistoryError, preview
 from backtest.features.audit import AuditReport, audit_features, choose_cutoffs
 from backtest.features.build import FeatureMatrix, build_features
 from backtest.features.cache import load_or_build_features
@@ -421,6 +421,14 @@ def run_backtest(
 
     t0 = time.perf_counter()
     result = simulate(scores, panel, portfolio)
+    if result.dropped_rebalances:  # the same decision dates for every book: said once
+        log.warning(
+            "%d rebalance(s) dropped from the model's book, its equal-weight benchmark%s: the panel ends "
+            "before a full open-to-open return after their execution day (decided on %s)",
+            len(result.dropped_rebalances),
+            " and the baselines'" if options.baselines else "",
+            preview([f"{day:%Y-%m-%d}" for day in result.dropped_rebalances]),
+        )
     # the planned index on the days the strategy has returns (the planned days, or fewer if a day had no score)
     planned = plan.index
     index = planned.on(result.returns.index) if planned is not None else benchmark_index(panel, result.returns.index)

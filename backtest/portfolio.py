@@ -226,6 +226,9 @@ class PortfolioResult:
         True on a return day on which at least ``top_k`` index members trade: the top-k book could be
         bought and marked. ``days_tradable`` counts them.
     spec : PortfolioSpec
+    dropped_rebalances : tuple of Timestamp
+        Decision dates whose rebalance was dropped: the panel ends before a full open-to-open return after
+        their execution day (the last decision of a test period that runs to the end of the data).
     """
 
     returns: pd.Series
@@ -239,6 +242,7 @@ class PortfolioResult:
     blocked_days: pd.Series
     tradable_days: pd.Series
     spec: PortfolioSpec = field(repr=False)
+    dropped_rebalances: tuple[pd.Timestamp, ...] = ()
 
     @property
     def days_blocked(self) -> int:
@@ -396,11 +400,6 @@ def _market_of(panel: pd.DataFrame) -> _Market:
             "drop duplicates before simulating."
         )
     field = fill_field(panel)
-    if field == "close":
-        logger.warning(
-            "panel has no 'open' column: trades execute at the close of t+1 (not the open) and the book is "
-            "marked close to close"
-        )
     grid = WideGrid.of(panel)
     fill = grid.to_wide(panel[field].to_numpy(np.float64), dtype=np.float64)
     mark = grid.to_wide(adjusted_price(panel, field).to_numpy(np.float64), dtype=np.float64)
@@ -653,9 +652,10 @@ def _hold(book: _Book, market: _Market, post: np.ndarray, cost: float, start: in
 
 
 def _schedule(
-    score_rows: np.ndarray, dates: pd.DatetimeIndex, every: int, warn: bool = True
-) -> list[tuple[int, int, int]]:
-    """(decision row, execution row, end row exclusive) of every executable rebalance.
+    score_rows: np.ndarray, dates: pd.DatetimeIndex, every: int
+) -> tuple[list[tuple[int, int, int]], list[pd.Timestamp]]:
+    """(decision row, execution row, end row exclusive) of every executable rebalance, and the decision
+    dates of the rebalances dropped because the panel ends before their first return day.
 
     A period runs from the execution day to the day before the next rebalance's execution day. The last
     period is held as long as a regular one: the missing score dates are extended past the last one
@@ -673,17 +673,10 @@ def _schedule(
         next_decision = int(score_rows[nxt]) if nxt <= last else int(score_rows[last]) + (nxt - last) * step
         start, end = decision + 1, min(next_decision + 1, n_rows - 1)
         if end <= start:
-            dropped.append(dates[decision].date())
+            dropped.append(pd.Timestamp(dates[decision]))
             continue
         out.append((decision, start, end))
-    if dropped and warn:
-        logger.warning(
-            "%d rebalance(s) dropped: the panel ends before a full open-to-open return after their "
-            "execution day (decided on %s)",
-            len(dropped),
-            preview(dropped),
-        )
-    return out
+    return out, dropped
 
 
 def return_days(
@@ -704,7 +697,7 @@ def return_days(
     rows = np.flatnonzero((dates >= first) & (dates <= last))
     if len(rows) == 0:
         return pd.DatetimeIndex([], name="date")
-    schedule = _schedule(rows, dates, spec.rebalance_every, warn=False)
+    schedule, _ = _schedule(rows, dates, spec.rebalance_every)
     days = np.concatenate([np.arange(start, end) for _, start, end in schedule]) if schedule else []
     return pd.DatetimeIndex(dates[np.asarray(days, dtype=int)], name="date")
 
@@ -750,7 +743,13 @@ def check_universe(
             f"the test period {period} holds no day of the panel ({grid.dates[0]:%Y-%m-%d} .. "
             f"{grid.dates[-1]:%Y-%m-%d})\n  fix: set backtest.test_start / backtest.test_end inside the data"
         )
-    fill = grid.to_wide(panel[fill_field(panel)].to_numpy(np.float64), dtype=np.float64)
+    field = fill_field(panel)
+    if field == "close":
+        logger.warning(
+            "panel has no 'open' column: every book trades at the close of t+1 (not the open) and is marked "
+            "close to close"
+        )
+    fill = grid.to_wide(panel[field].to_numpy(np.float64), dtype=np.float64)
     member = eligible(panel, grid)[rows]
     trades = trading(panel, grid, fill)[rows] & member
     per_day = member.sum(axis=1)
@@ -792,7 +791,9 @@ def check_universe(
 # Public entry point
 
 
-def simulate(scores: pd.Series, panel: pd.DataFrame, spec: PortfolioSpec | None = None) -> PortfolioResult:
+def simulate(
+    scores: pd.Series, panel: pd.DataFrame, spec: PortfolioSpec | None = None, *, book: str = "model"
+) -> PortfolioResult:
     """Simulate the top-k strategy of ``scores`` and its equal-weight benchmark on ``panel``.
 
     Parameters
@@ -806,6 +807,8 @@ def simulate(scores: pd.Series, panel: pd.DataFrame, spec: PortfolioSpec | None 
         ``down_limit``. Rows after the last score date are used to mark the last holding period.
     spec : PortfolioSpec, optional
         Defaults to ``PortfolioSpec()`` (top 5, weekly, equal weight, default costs).
+    book : str
+        Whose book this is (``model``, ``baseline factor``, ...), named in the log lines.
 
     Returns
     -------
@@ -827,7 +830,7 @@ def simulate(scores: pd.Series, panel: pd.DataFrame, spec: PortfolioSpec | None 
     score_rows = np.flatnonzero(np.isfinite(score_wide).any(axis=1))
     if len(score_rows) == 0:
         raise DataContractError("simulate() received no finite scores; nothing to trade.")
-    schedule = _schedule(score_rows, grid.dates, spec.rebalance_every)
+    schedule, dropped = _schedule(score_rows, grid.dates, spec.rebalance_every)
     if not schedule:
         raise DataContractError(
             f"No rebalance can be executed: the last score date {grid.dates[score_rows[-1]].date()} "
@@ -842,16 +845,18 @@ def simulate(scores: pd.Series, panel: pd.DataFrame, spec: PortfolioSpec | None 
     for decision, start, end in schedule:
         eligible = np.isfinite(score_wide[decision]) & market.rule.eligible[decision]
         if not eligible.any():
-            logger.warning("no eligible stock on %s: the books go to cash", grid.dates[decision].date())
+            logger.warning(
+                "%s book: no eligible stock on %s: it and its benchmark go to cash", book, grid.dates[decision].date()
+            )
         period = []
-        for book, book_spec, top_k, record in (
+        for ledger, ledger_spec, top_k, record in (
             (strategy, spec, spec.top_k, True),
             (benchmark, bench_spec, None, False),
         ):
             post, cost = _rebalance(
-                book, market, decision, start, eligible, score_wide[decision], book_spec, top_k, record
+                ledger, market, decision, start, eligible, score_wide[decision], ledger_spec, top_k, record
             )
-            period.append(_hold(book, market, post, cost, start, end, record))
+            period.append(_hold(ledger, market, post, cost, start, end, record))
         rows.append(
             (
                 grid.dates[decision],
@@ -867,7 +872,7 @@ def simulate(scores: pd.Series, panel: pd.DataFrame, spec: PortfolioSpec | None 
                 strategy.n_holdings[-1],
             )
         )
-    return _result(strategy, benchmark, rows, schedule, market, spec)
+    return _result(strategy, benchmark, rows, schedule, market, spec, book, tuple(dropped))
 
 
 def _result(
@@ -877,6 +882,8 @@ def _result(
     schedule: list[tuple[int, int, int]],
     market: _Market,
     spec: PortfolioSpec,
+    book: str,
+    dropped: tuple[pd.Timestamp, ...],
 ) -> PortfolioResult:
     grid = market.grid
     return_days = np.concatenate([np.arange(start, end) for _, start, end in schedule])
@@ -913,11 +920,12 @@ def _result(
     blocked_days = pd.Series(np.concatenate(strategy.blocked_days), index=index, name="blocked")
     if len(blocked):
         counts = blocked["reason"].value_counts().to_dict()
-        logger.info("blocked trades over %d rebalances: %s", len(schedule), counts)
+        logger.info("%s book: blocked trades over %d rebalances: %s", book, len(schedule), counts)
     if blocked_days.any():
         logger.info(
-            "%d of %d return days hold a book other than the one chosen (blocked trades or stale "
+            "%s book: %d of %d return days hold a book other than the one chosen (blocked trades or stale "
             "marks of holdings that do not trade)",
+            book,
             int(blocked_days.sum()),
             len(blocked_days),
         )
@@ -936,4 +944,5 @@ def _result(
         blocked_days=blocked_days,
         tradable_days=tradable_days,
         spec=spec,
+        dropped_rebalances=dropped,
     )

@@ -39,7 +39,7 @@ import math
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ from backtest.provenance import Provenance
 from backtest.reports import DriftRun, RunEvidence, write_backtest_reports
 from backtest.reports.files import REPORT_FILES
 from backtest.reports.plots import plot_fold_metric
+from backtest.splits import decision_dates
 from backtest.tracking import ARTIFACTS, STORE_ERRORS, TrackedRun, Tracker, fallback_uri, redact_uri
 from backtest.tracking.layout import COMPARE_IMAGES
 
@@ -109,11 +110,25 @@ class RunIdentity:
 
 @dataclass(frozen=True)
 class RecordedRun:
-    """Where a backtest was recorded: its run, the run's artifact root and the store holding it."""
+    """Where a backtest was recorded: its run, the run's artifact root and the store holding it (``run``:
+    a handle on it, in that store)."""
 
     run_id: str
     artifact_uri: str
     store_uri: str
+    run: TrackedRun | None = field(default=None, compare=False, repr=False)
+
+
+def record_summary(recorded: RecordedRun, text: str) -> None:
+    """The summary printed at the end of the run (``text``) as its description in MLflow's UI
+    (:meth:`backtest.tracking.TrackedRun.set_note`). A store that does not take it costs a warning, never
+    the run, which is recorded whole already."""
+    if recorded.run is None:
+        return
+    try:
+        recorded.run.set_note(text)
+    except (*STORE_ERRORS, TrackingError) as exc:
+        log.warning("run %s keeps no description: the store did not take it (%s)", recorded.run_id, one_line(exc))
 
 
 def record_run(
@@ -163,7 +178,7 @@ def record_run(
         t0 = time.perf_counter()
         record_backtest(run, result, provenance=provenance, title=identity.name, reports=reports, fold_metrics=False)
         result.timings["record_s"] = time.perf_counter() - t0
-        return RecordedRun(run.run_id, run.artifact_uri, tracker.uri)
+        return RecordedRun(run.run_id, run.artifact_uri, tracker.uri, run)
     except StoreUnavailableError as exc:
         # The server is gone: the whole run goes to the local fallback store, to be synced later.
         local_uri = fallback or fallback_uri(tracker.project_dir)
@@ -213,7 +228,7 @@ def _record_in_fallback(
     )
     with pending.open(local) as copy:
         record_backtest(copy, result, provenance=provenance, title=identity.name, reports=reports)
-        return RecordedRun(copy.run_id, copy.artifact_uri, local.uri)
+        return RecordedRun(copy.run_id, copy.artifact_uri, local.uri, copy)
 
 
 def one_line(exc: BaseException) -> str:
@@ -249,7 +264,7 @@ def record_backtest(
         params["index_source"] = result.index.source
     run.log_params(params)
     if fold_metrics:
-        run.log_fold_metrics(result.fold_metrics)
+        run.log_fold_metrics(result.fold_metrics, decision_dates(result.records))
     p = result.portfolio
     run.log_frame(result.scores.to_frame(), ARTIFACTS.predictions)
     run.log_frame(p.positions, ARTIFACTS.positions)
@@ -281,6 +296,7 @@ def record_backtest(
             importance=importance_by_decision(result),
             value_drift=value_drift(result) if reports.drift_report else None,
             fold_psi=psi,
+            fold_rank_ic=result.fold_metrics.get("rank_ic"),
             evidence=run_evidence(result, run_name=title, run_id=run.run_id),
             drift_run=DriftRun(run_name=title, run_id=run.run_id, windows=windows),
             tearsheet=reports.tearsheet,
@@ -346,14 +362,15 @@ def importance_by_decision(result: BacktestResult) -> pd.DataFrame | None:
     """Fold x feature gain indexed by each fold's decision date; None for rankers without importance."""
     if result.importance.empty:
         return None
-    decision = {r.fold: r.decision_date for r in result.records}
+    decision = decision_dates(result.records)
     importance = result.importance.copy()
     importance.index = pd.DatetimeIndex([decision[f] for f in importance.index], name="decision_date")
     return importance
 
 
 def value_drift(result: BacktestResult, max_rows: int = 20_000) -> pd.DataFrame:
-    """PSI / KS of every feature: the first fold's training window against the test period."""
+    """The effect sizes of every feature's shift (PSI, KS D, SMD): the first fold's training window against
+    the whole test period (:func:`backtest.drift.feature_value_drift`)."""
     first = result.records[0]
     dates = result.features.index.get_level_values(0)
     reference = (dates >= first.train_start) & (dates <= first.train_end)

@@ -23,7 +23,7 @@ are trading days (datetime64). ``dates`` inputs are the trading calendar: sorted
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -94,6 +94,11 @@ class Fold:
             f"  valid {_span(self.valid_dates)}"
             f"  cutoff {day_label(self.cutoff)}"
         )
+
+
+def decision_dates(folds: Iterable[Fold | LeakageRecord]) -> dict[int, pd.Timestamp]:
+    """Each fold's decision date (its first test day) by fold number, of folds or of their leakage records."""
+    return {f.fold: f.decision_date for f in folds}
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from pathlib import Path
 
@@ -257,6 +258,18 @@ def test_a_warm_start_checkpoint_stores_no_secret_of_the_model_config(tiny_panel
     resumed = backtest(tiny_panel, factory=warm, checkpoint_dir=tmp_path)
     assert resumed.resumed_folds == len(resumed.records) - 1
     pd.testing.assert_series_equal(resumed.scores, straight.scores)
+
+
+def test_a_rebalance_dropped_at_the_end_of_the_data_is_said_once_for_every_book(tiny_panel, caplog) -> None:
+    # 121 decision days up to the panel's last day: the last weekly rebalance is decided on that day
+    schedule = RollingSchedule(**{**SCHEDULE, "test_start": "2022-07-07"})
+    with caplog.at_level(logging.WARNING):
+        res = backtest(tiny_panel, schedule=schedule, audit_cutoffs=0)
+    assert res.portfolio.dropped_rebalances == (pd.Timestamp("2022-12-30"),)
+    assert [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()] == [
+        "1 rebalance(s) dropped from the model's book, its equal-weight benchmark and the baselines': the panel "
+        "ends before a full open-to-open return after their execution day (decided on 2022-12-30)"
+    ]
 
 
 def test_purge_cannot_be_switched_off_silently() -> None:

@@ -431,12 +431,18 @@ def test_costs_lower_returns_by_the_cost_on_trade_days_only():
 # Inputs
 
 
-def test_close_only_panel_trades_at_the_close(caplog):
+def test_close_only_panel_trades_at_the_close_said_once_before_any_book(caplog):
     panel = make_panel({"X": [10.0, 10.0, 11.0, 9.9, 9.9]}).drop(columns=["open"])
     with caplog.at_level(logging.WARNING, logger="backtest.portfolio"):
         result = simulate(make_scores(panel, {0: {"X": 1.0}}), panel, PortfolioSpec(top_k=1, **FREE))
     np.testing.assert_allclose(result.returns.to_numpy(), [0.10, -0.10, 0.0], atol=1e-12)
-    assert "trades execute at the close" in caplog.text
+    assert not caplog.records  # not once per book: the check before any work says it
+    three = make_panel(OPENS).drop(columns=["open"])
+    with caplog.at_level(logging.WARNING, logger="backtest.portfolio"):
+        check_universe(three, PortfolioSpec(top_k=1), (day(three, 0), day(three, 5)))
+    assert [r.getMessage() for r in caplog.records] == [
+        "panel has no 'open' column: every book trades at the close of t+1 (not the open) and is marked close to close"
+    ]
 
 
 def test_invalid_spec_is_a_config_error_naming_the_key():
@@ -628,3 +634,15 @@ def test_synthetic_board_rule_reproduces_the_limit_columns(tiny_panel, synthetic
     again = simulate(scores, no_columns, PortfolioSpec())
     pd.testing.assert_series_equal(again.returns, result.returns)
     pd.testing.assert_frame_equal(again.blocked, result.blocked)
+
+
+def test_a_rebalance_the_panel_ends_before_is_returned_not_logged_and_log_lines_name_the_book(caplog):
+    panel = make_panel(OPENS, suspended={(1, "B")})  # six days; B cannot be bought on day 1
+    scores = make_scores(panel, {0: {"A": 1.0, "B": 2.0}, 4: {"A": 1.0, "B": 2.0}})  # day 4: no day-6 open
+    with caplog.at_level(logging.INFO, logger="backtest.portfolio"):
+        result = simulate(scores, panel, PortfolioSpec(top_k=1, rebalance_every=1, **FREE), book="baseline factor")
+    assert result.dropped_rebalances == (day(panel, 4),)
+    assert list(result.rebalance_dates) == [day(panel, 0)]
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any("dropped" in m for m in messages)  # the engine says it once, for every book
+    assert messages and all(m.startswith("baseline factor book: ") for m in messages), messages

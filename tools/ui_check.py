@@ -3,12 +3,14 @@
 Starts the lean server of :mod:`backtest.tracking.ui` on a free port against a store that holds a study,
 drives headless Chromium through chromedriver (Selenium), and checks that
 
-1. the experiment's runs list (the link ``make ui`` prints) shows the study's runs by name (under the
-   sweep's row, expanded);
+1. the experiment's runs list (the link ``make ui`` prints) opens on the headline view
+   (:mod:`backtest.tracking.view`): its columns in order, the runs sorted by Sharpe, highest first, the
+   study's runs among them by name;
 2. the chart page of the study's ``fold/rank_ic`` per fold draws one line per run;
 3. the compare-runs page of the study shows its runs by name, and renders for each run the root-level
    images they share (:data:`backtest.tracking.layout.COMPARE_IMAGES`; a note says when there are none);
-4. one run's artifact page opens ``reports/tearsheet.html`` in the artifact tree and renders it.
+4. one run's page draws a chart of each of its per-fold metrics (``fold/<name>``);
+5. one run's artifact page opens ``reports/tearsheet.html`` in the artifact tree and renders it.
 
 Each page is saved as a PNG in the folder printed at the end (default ``outputs/ui-check/``).
 
@@ -48,9 +50,11 @@ from backtest.tracking.ui import (
     UiLinks,
     UiServer,
     free_port,
+    run_charts_url,
     run_url,
     ui_links,
 )
+from backtest.tracking.view import HEADLINE_COLUMNS, SORT_METRIC, VIEW_NAME, column
 
 BROWSER_DIR = PROJECT_DIR / ".cache" / "ui-browser"
 DEFAULT_OUT = PROJECT_DIR / "outputs" / "ui-check"
@@ -105,8 +109,13 @@ def find_browser(browser_dir: Path = BROWSER_DIR, *, fetch: bool = True) -> Brow
 
 def _unpacked(browser_dir: Path) -> Browser | None:
     root = browser_dir / "root"
-    chromium, driver = root / "usr/lib/chromium/chromium", root / "usr/lib/chromium/chromedriver"
-    if not (chromium.is_file() and driver.is_file()):
+    chromium = root / "usr/lib/chromium/chromium"
+    # chromium-driver puts chromedriver in usr/lib/chromium (older releases) or usr/bin (bookworm's 150)
+    driver = next(
+        (path for path in (root / "usr/lib/chromium/chromedriver", root / "usr/bin/chromedriver") if path.is_file()),
+        None,
+    )
+    if not chromium.is_file() or driver is None:
         return None
     library_dirs = sorted({str(path.parent) for path in root.rglob("*.so*") if path.is_file()})
     return Browser(chromium, driver, os.pathsep.join(library_dirs), f"Debian packages unpacked in {browser_dir}")
@@ -208,7 +217,8 @@ def usable_links(uri: str, base_url: str) -> UiLinks | None:
 
 
 def make_tiny_store(folder: Path) -> str:
-    """A store holding one study: a real two-run sweep (seeds 1 and 2) of the smoke experiment."""
+    """A store holding one study: a real two-run sweep of the smoke experiment (a book of 5 stocks and
+    one of 3)."""
     uri = f"sqlite:///{folder / 'mlruns.db'}"
     command = [
         sys.executable,
@@ -216,7 +226,7 @@ def make_tiny_store(folder: Path) -> str:
         "backtest",
         "-m",
         "experiment=smoke",
-        "seed=1,2",
+        "portfolio.top_k=5,3",
         f"tracking.uri={uri}",
         f"hydra.sweep.dir={folder / 'multirun'}",
     ]
@@ -276,6 +286,25 @@ def scroll_to_text(driver, text: str) -> bool:
     )
 
 
+def header_columns(driver) -> list[str]:
+    """The runs list's column ids (``metrics.`sharpe```, ...) in the order shown."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll('.ag-header-cell[col-id]')]"
+        "  .sort((a, b) => a.getBoundingClientRect().left - b.getBoundingClientRect().left)"
+        "  .map(c => c.getAttribute('col-id'));"
+    )
+
+
+def column_cells(driver, column_id: str) -> list[str]:
+    """The texts of one column's cells, top row first."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll(`.ag-row .ag-cell[col-id='${arguments[0]}']`)]"
+        "  .sort((a, b) => a.getBoundingClientRect().top - b.getBoundingClientRect().top)"
+        "  .map(c => c.innerText.trim());",
+        column_id,
+    )
+
+
 def close_assistant(driver) -> None:
     """Close MLflow 3's assistant side panel (it takes a third of the window) when it is open."""
     driver.execute_script(
@@ -285,8 +314,9 @@ def close_assistant(driver) -> None:
     time.sleep(0.5)
 
 
-def check_pages(driver, links: UiLinks, out: Path, tearsheet_run: str) -> list[str]:
-    """Open the four pages, assert what they show, save screenshots; return notes for the report."""
+def check_pages(driver, links: UiLinks, out: Path, tearsheet_run: str, fold_keys: Sequence[str]) -> list[str]:
+    """Open the pages, assert what they show, save screenshots; return notes for the report. ``fold_keys``:
+    the per-fold metrics of the study's first run, whose charts its page must draw."""
     from selenium.webdriver.common.by import By
 
     study, notes, shots = links.study, [], []
@@ -297,23 +327,29 @@ def check_pages(driver, links: UiLinks, out: Path, tearsheet_run: str) -> list[s
         driver.save_screenshot(str(path))
         shots.append(path.name)
 
-    # 1. the runs list in the model-training view: the sweep's row, expanded, shows every run by name
+    # 1. the runs list in the model-training view, on the headline view: its columns in order, sorted by Sharpe,
+    #    the study's runs listed flat (the view lists backtests only, so no sweep row hides them)
     driver.get(links.experiment_url)
-    wait_for(driver, "the model-training runs list (its 'Run Name' column)", shows_all(driver, ["Run Name"]))
+    wait_for(driver, f"the headline view {VIEW_NAME!r} of the runs list", shows_all(driver, ["Run Name", VIEW_NAME]))
     close_assistant(driver)
-    if not all(name in page_text(driver) for name in study.run_names):
-        expander = wait_for(
-            driver,
-            "the sweep's row and its expand button",
-            lambda: driver.execute_script(
-                "const cell = [...document.querySelectorAll('[role=gridcell]')]"
-                "  .find(c => c.querySelector(`a[href$='/runs/${arguments[0]}']`));"
-                "return cell ? cell.querySelector('button') : null;",
-                study.parent_run_id,
-            ),
-        )
-        expander.click()
     wait_for(driver, f"the runs list to show {study.run_names}", shows_all(driver, study.run_names))
+    expected = [column(kind, key) for kind, key in HEADLINE_COLUMNS]
+    try:
+        wait_for(
+            driver,
+            f"the headline columns in order, {expected}",
+            lambda: [c for c in header_columns(driver) if c in expected] == expected,
+            timeout_s=30,
+        )
+    except CheckFailed as exc:
+        raise CheckFailed(f"{exc}; the runs list shows the columns {header_columns(driver)}") from None
+    sort_key = column("metrics", SORT_METRIC)
+    sharpe = [float(text) for text in column_cells(driver, sort_key) if text]
+    if len(sharpe) < 2 or sharpe != sorted(sharpe, reverse=True):
+        raise CheckFailed(f"the runs list is not sorted by {SORT_METRIC}, highest first: {sharpe}")
+    notes.append(
+        f"runs list: the headline view, its {len(expected)} columns in order, sorted by {SORT_METRIC} {sharpe}"
+    )
     time.sleep(1.0)
     shot("01-runs.png")
 
@@ -370,7 +406,32 @@ def check_pages(driver, links: UiLinks, out: Path, tearsheet_run: str) -> list[s
     time.sleep(1.0)
     shot("04-compare-artifacts.png")
 
-    # 4. one run's artifacts: the tearsheet in the tree, rendered
+    # 4. one run's page: a chart of each per-fold metric over the folds
+    driver.get(run_charts_url(links.base_url, links.experiment_id, study.run_ids[0]))
+    legends = {f"{study.run_names[0]} ({key})" for key in fold_keys}
+    seen: set[str] = set()
+
+    def all_charts_seen() -> bool:  # the page draws the charts near the window only: scroll down through them
+        seen.update(legend for legend in legends if legend in page_text(driver))
+        driver.execute_script(
+            "const legends = [...document.querySelectorAll('*')].filter(e => e.children.length === 0"
+            "  && arguments[0].includes(e.textContent.trim()));"
+            "if (legends.length) legends[legends.length - 1].scrollIntoView({block: 'start'});",
+            sorted(legends),
+        )
+        return seen == legends
+
+    try:
+        wait_for(driver, f"the run page's charts of {fold_keys}", all_charts_seen)
+    except CheckFailed as exc:
+        raise CheckFailed(f"{exc}; drawn: {sorted(seen)}") from None
+    close_assistant(driver)
+    scroll_to_text(driver, FOLD_CHART.split("/", 1)[1])
+    time.sleep(1.0)
+    shot("05-run-fold-charts.png")
+    notes.append(f"run page: {len(fold_keys)} per-fold charts ({', '.join(fold_keys)})")
+
+    # 5. one run's artifacts: the tearsheet in the tree, rendered
     tearsheet = ARTIFACTS.report("tearsheet")
     driver.get(run_url(links.base_url, links.experiment_id, tearsheet_run, tearsheet))
     wait_for(driver, f"the artifact tree to show {tearsheet!r}", shows_all(driver, ["tearsheet.html", tearsheet]))
@@ -383,7 +444,7 @@ def check_pages(driver, links: UiLinks, out: Path, tearsheet_run: str) -> list[s
     finally:
         driver.switch_to.default_content()
     time.sleep(1.0)
-    shot("05-tearsheet.png")
+    shot("06-tearsheet.png")
     notes.append(f"screenshots in {out}: {', '.join(shots)}")
     return notes
 
@@ -427,7 +488,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             with server:
                 print(f"server: {server.url}, {len(server.processes())} processes")
                 tearsheet_run = _run_with(uri, links.study.run_ids, ARTIFACTS.report("tearsheet"))
-                notes = check_pages(driver, links, args.out, tearsheet_run)
+                fold_keys = _fold_keys(uri, links.study.run_ids[0])
+                notes = check_pages(driver, links, args.out, tearsheet_run, fold_keys)
     except (CheckFailed, WebDriverException) as exc:
         shot = args.out / "failed.png"
         driver.save_screenshot(str(shot))
@@ -439,6 +501,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(note)
     print(f"ui-check: passed; screenshots in {args.out}")
     return 0
+
+
+def _fold_keys(uri: str, run_id: str) -> list[str]:
+    import mlflow
+
+    return sorted(
+        key for key in mlflow.MlflowClient(tracking_uri=uri).get_run(run_id).data.metrics if key.startswith("fold/")
+    )
 
 
 def _run_with(uri: str, run_ids: Sequence[str], artifact: str) -> str:

@@ -51,8 +51,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     parts, benchmark = check_job(cfg)  # the checks every job of a sweep passed before the sweep began
     from backtest.data.synthetic import oracle_scores
     from backtest.engine import plan_backtest, run_backtest
-    from backtest.record import record_guard_failure, record_run
+    from backtest.record import record_guard_failure, record_run, record_summary
     from backtest.reports.summary import summarize_panel
+    from backtest.splits import decision_dates
     from backtest.study import trial_sharpe_var
     from backtest.tracking import Tracker
 
@@ -70,7 +71,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     raise_if_stopped()  # stopped while planning: no run is opened
     tracker = Tracker.from_config(parts.tracking, PROJECT_DIR)
     tracker.end_stale_runs(identity.tags["config_key"])
-    progress = FoldProgress()
+    progress = FoldProgress(decision_dates(plan.folds))
     with identity.open(tracker) as mlrun:
         progress.run = mlrun
         try:
@@ -95,7 +96,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         recorded = record_run(
             tracker, mlrun, result, identity, reports=parts.reports, fallback=fallback, lost=progress.lost
         )
-    print_summary(result, recorded)
+    record_summary(recorded, print_summary(result, recorded))  # the summary is the run's description too
     log_stage_seconds(result.timings)
     return {
         "run_id": recorded.run_id,

@@ -1,15 +1,21 @@
-"""The command line before Hydra sees it: secrets are refused there, since Hydra saves every override.
+"""The command line before Hydra sees it: secrets are refused there, since Hydra saves every override;
+and the command line as a fix prints it.
 
 Hydra writes the overrides in plain text into the run's ``.hydra/`` folder (``overrides.yaml``,
 ``config.yaml``). :func:`keep_secrets_off_the_command_line` takes an MLflow server's login out of
 ``tracking.uri`` (into MLflow's environment variables) and refuses any other secret, pointing to the
-environment variable that should carry it.
+environment variable that should carry it. :func:`main_job_command` writes a command line to paste into
+a shell as it is.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterator, Mapping
+import shlex
+import shutil
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -89,3 +95,24 @@ def _leaves(key: str, value: Any) -> Iterator[tuple[str, str]]:
             yield from _leaves(key, v)
     else:
         yield key, "" if value is None else str(value)
+
+
+def main_job_command(args: Sequence[str], python: str | None = None) -> str:
+    """``python -m backtest ARGS`` as one shell line that works as it is: each argument shell-quoted, and the
+    interpreter this job runs on (``python`` when that is what PATH finds, else its path: relative to the
+    current directory inside it, as a project's ``.venv/bin/python``).
+
+    >>> main_job_command(["-m", "+study=volatility"], python="python")
+    'python -m backtest -m +study=volatility'
+    >>> main_job_command(["data.path=/data/my panel.parquet"], python=".venv/bin/python")
+    ".venv/bin/python -m backtest 'data.path=/data/my panel.parquet'"
+    """
+    return shlex.join([python or _interpreter(), "-m", "backtest", *args])
+
+
+def _interpreter() -> str:
+    found = shutil.which("python")
+    if found and os.path.abspath(found) == os.path.abspath(sys.executable):
+        return "python"
+    relative = os.path.relpath(sys.executable)
+    return relative if not relative.startswith("..") else sys.executable

@@ -28,6 +28,7 @@ from hydra.errors import (
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from backtest.cli.argv import main_job_command
 from backtest.cli.compose import CONF_DIR
 from backtest.errors import BacktestError, ConfigError
 
@@ -143,8 +144,18 @@ def _unknown_option(exc: MissingConfigException) -> ConfigError:
     )
     return ConfigError(
         f"unknown option {typed}={option}: the group '{group}' has {', '.join(options)} (conf/{group}/)"
-        f"\n  fix: {typed}={close[0] if close else options[0]}, or another option listed"
+        f"\n  fix: {_fixed_command(f'{typed}={option}', f'{typed}={close[0] if close else options[0]}', group)}"
+        f"{'' if close else '  (or another option listed)'}"
     )
+
+
+def _fixed_command(wrong: str, right: str, group: str) -> str:
+    """The command line of this process with the override ``wrong`` replaced by ``right``, to paste as it is; a
+    study (a sweep) gets the ``-m`` it runs with."""
+    args = [right if arg == wrong else arg for arg in sys.argv[1:]]
+    if group == "study" and not {"-m", "--multirun"} & set(args):
+        args.insert(0, "-m")
+    return main_job_command(args)
 
 
 def _unparsable_override(exc: OverrideParseException) -> ConfigError:

@@ -11,8 +11,9 @@ if TYPE_CHECKING:
     from backtest.record import RecordedRun
 
 
-def print_summary(result: BacktestResult, recorded: RecordedRun) -> None:
-    """Print the summary of ``result``, recorded as ``recorded``, on standard output (the CLI's choice)."""
+def print_summary(result: BacktestResult, recorded: RecordedRun) -> str:
+    """Print the summary of ``result``, recorded as ``recorded``, on standard output (the CLI's choice);
+    return its text."""
     from backtest.reports.summary import RunSummary, summary_text
     from backtest.tracking import ARTIFACTS
     from backtest.tracking.ui import ui_command
@@ -30,4 +31,6 @@ def print_summary(result: BacktestResult, recorded: RecordedRun) -> None:
         index=result.index.description if result.index is not None else None,
     )
     p, index = result.portfolio, result.index.returns if result.index is not None else None
-    print(summary_text(p.returns, p.benchmark_returns, result.metrics, run, index=index))
+    text = summary_text(p.returns, p.benchmark_returns, result.metrics, run, index=index)
+    print(text)
+    return text

@@ -23,6 +23,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from backtest import PROJECT_DIR
+from backtest.cli.argv import main_job_command
 from backtest.cli.compose import build
 from backtest.cli.errors import refuse
 from backtest.errors import BacktestError, ConfigError
@@ -61,7 +62,7 @@ def sweep_trial(cfg: DictConfig | None = None) -> dict[str, str]:
         study = hc.runtime.choices["study"]
         raise ConfigError(
             f"+study={study} is a sweep (conf/study/{study}.yaml lists the values it tries) and runs "
-            f"only as a multirun\n  fix: python -m backtest -m +study={study}"
+            f"only as a multirun\n  fix: {main_job_command(['-m', *sys.argv[1:]])}"
         )
     if hc.mode != RunMode.MULTIRUN or not os.environ.get(ENV_PARENT):
         return {}
@@ -140,7 +141,7 @@ class SweepTracking(Callback):
             n_seeds=n_seeds,
             swept=swept,
             overrides=tuple(overrides),
-            command=" ".join(["python -m backtest", *sys.argv[1:]]),
+            command=main_job_command(sys.argv[1:], python="python"),
             description=str(study_cfg.get("description", "")),
             pbo_blocks=int(study_cfg.get("pbo_blocks", DEFAULT_PBO_BLOCKS)),
             primary=primary,

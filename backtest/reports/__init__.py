@@ -55,6 +55,7 @@ def write_backtest_reports(
     periods: pd.Series | Sequence[object] | None = None,
     value_drift: pd.DataFrame | None = None,
     fold_psi: pd.DataFrame | None = None,
+    fold_rank_ic: pd.Series | None = None,
     evidence: RunEvidence | None = None,
     drift_run: DriftRun | None = None,
     tearsheet: bool = True,
@@ -74,6 +75,7 @@ def write_backtest_reports(
     periods : period label per fold (default: the year of a dated fold index).
     value_drift : :func:`backtest.drift.feature_value_drift` output; None skips it.
     fold_psi : :func:`backtest.drift.psi_by_fold` output (fold x feature); None skips the per-fold PSI part.
+    fold_rank_ic : each fold's rank IC, indexed by fold number, for the drift report (None: left out).
     evidence : the run's robustness metrics and guard verdicts, for the tearsheet's opening block.
     drift_run : the run's name, id and fold windows, for the drift report's header and PSI labels.
     tearsheet, plots, drift_report : which reports to write (the ``tracking`` config's switches).
@@ -111,6 +113,7 @@ def write_backtest_reports(
             periods=periods,
             value_drift=value_drift,
             fold_psi=fold_psi,
+            fold_rank_ic=fold_rank_ic,
             run=drift_run,
         )
     logger.info("wrote %d report files to %s", len(written), directory)

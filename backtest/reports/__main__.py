@@ -6,7 +6,8 @@
 
 reads the run's name and its artifacts ``data/feature_importance.csv``, ``data/feature_psi.csv`` (per-fold
 PSI with each fold's reference window and test days) and ``guards/leakage_records.json`` (each fold's
-decision date), plus ``reports/drift/feature_value_drift.csv`` when the run has it, and writes the drift
+decision date), plus ``data/fold_metrics.csv`` (each fold's rank IC) and
+``reports/drift/feature_value_drift.csv`` when the run has them, and writes the drift
 report (:func:`backtest.reports.drift.write_drift_report`) into ``--out`` (default:
 ``./drift-<run name>-<run id prefix>``). With ``--log`` the report replaces the run's
 ``reports/drift`` folder. ``--tracking-uri`` defaults to the project's SQLite store
@@ -54,6 +55,7 @@ class StoredDrift:
     importance: pd.DataFrame | None
     fold_psi: pd.DataFrame
     value_drift: pd.DataFrame | None
+    fold_rank_ic: pd.Series | None = None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -92,7 +94,12 @@ def _drift(run_id: str, tracking_uri: str | None, out: Path | None, log: bool) -
     name = stored.run.run_name or run_id
     out = out if out is not None else Path.cwd() / f"drift-{_slug(name)}-{run_id[:8]}"
     written = write_drift_report(
-        out, importance=stored.importance, fold_psi=stored.fold_psi, value_drift=stored.value_drift, run=stored.run
+        out,
+        importance=stored.importance,
+        fold_psi=stored.fold_psi,
+        fold_rank_ic=stored.fold_rank_ic,
+        value_drift=stored.value_drift,
+        run=stored.run,
     )
     report = next(p for p in written if p.name == "drift_report.html")
     print(f"drift report of run {name} ({run_id}): {report}")
@@ -137,6 +144,7 @@ def read_stored_drift(tracked) -> StoredDrift:
         )
         importance_path = _download(tracked, ARTIFACTS.feature_importance, tmp)
         value_path = _download(tracked, f"{ARTIFACTS.report('drift')}/feature_value_drift.csv", tmp)
+        fold_metrics_path = _download(tracked, ARTIFACTS.fold_metrics, tmp)
         assert psi_path is not None and records_path is not None
         fold_psi, windows = read_psi_artifact(psi_path)
         records = json.loads(Path(records_path).read_text(encoding="utf-8"))
@@ -145,8 +153,11 @@ def read_stored_drift(tracked) -> StoredDrift:
             importance = pd.read_csv(importance_path, index_col=0)
             importance = importance_by_decision(importance, records) if importance.shape[1] else None
         value_drift = pd.read_csv(value_path, index_col=0) if value_path is not None else None
+        fold_rank_ic = None
+        if fold_metrics_path is not None:
+            fold_rank_ic = pd.read_csv(fold_metrics_path, index_col=0).get("rank_ic")
     run = DriftRun(run_name=tracked.run_name, run_id=tracked.run_id, windows=windows)
-    return StoredDrift(run, importance, fold_psi, value_drift)
+    return StoredDrift(run, importance, fold_psi, value_drift, fold_rank_ic)
 
 
 def importance_by_decision(importance: pd.DataFrame, records: list[dict]) -> pd.DataFrame:

@@ -1,9 +1,13 @@
 """The drift report: one page (markdown and self-contained HTML) with its CSV tables and heatmaps.
 
-:func:`write_drift_report` names the run, its test period and each fold's reference window, flags the
-features with PSI > :data:`PSI_SIGNIFICANT` and the importance jumps, and draws two heatmaps (PNG
-files next to the report, embedded in its HTML, linked from its markdown): PSI per feature and fold,
-and importance rank per feature and fold (the :data:`HEATMAP_FEATURES` features of largest mean share).
+One story, told per fold: :func:`write_drift_report` names the run and its test period, opens with one
+row per fold (its reference window and test days, its rank IC, how many features shifted, the importance
+jumps into it: :func:`backtest.drift.fold_summary`), flags the features with PSI > :data:`PSI_SIGNIFICANT`
+in a fold and the importance jumps, and draws two heatmaps (PNG files next to the report, embedded in its
+HTML, linked from its markdown): PSI per feature and fold under each fold's rank IC, and importance rank
+per feature and fold (the :data:`HEATMAP_FEATURES` features of largest mean share) under each fold's jump
+count. The whole-period comparison (the first fold's training window against every test day) comes last,
+labelled as what it is.
 
 The numbers are computed in :mod:`backtest.drift`, the heatmaps drawn by
 :mod:`backtest.reports.drift_charts`; this module lays them out and writes the files.
@@ -23,13 +27,19 @@ import pandas as pd
 from backtest.drift import (
     IMPORTANCE_JUMP_RANKS,
     IMPORTANCE_JUMP_TOP,
+    KS_D_LARGE,
+    KS_D_MODERATE,
+    PSI_MODERATE,
     PSI_SIGNIFICANT,
+    SMD_LARGE,
+    SMD_MODERATE,
     by_decision_date,
+    fold_summary,
     importance_drift,
     psi_flags,
 )
 from backtest.reports.drift_charts import HEATMAP_FEATURES, plot_importance_rank_heatmap, plot_psi_heatmap
-from backtest.reports.tables import date_label, markdown_table, page_head
+from backtest.reports.tables import date_label, html_table, markdown_table, page_head
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,7 @@ def write_drift_report(
     periods: pd.Series | Sequence[object] | None = None,
     value_drift: pd.DataFrame | None = None,
     fold_psi: pd.DataFrame | None = None,
+    fold_rank_ic: pd.Series | None = None,
     run: DriftRun | None = None,
     top_n: int = 10,
     heatmap_features: int = HEATMAP_FEATURES,
@@ -77,6 +88,8 @@ def write_drift_report(
     value_drift : output of :func:`backtest.drift.feature_value_drift` (optionally with more columns, e.g. ``fold``),
         or None to skip that part.
     fold_psi : fold x feature PSI (:func:`backtest.drift.psi_by_fold`, indexed by fold number), or None.
+    fold_rank_ic : each fold's rank IC (the run's ``fold/rank_ic``), indexed by fold number, or None: drawn
+        above the PSI heatmap and listed per fold.
     run : the run's name, id and fold windows; with windows, ``fold_psi`` is shown by decision date.
     top_n : rows shown per table in the markdown / HTML summary (the CSVs hold everything).
     heatmap_features : rows of each heatmap.
@@ -88,7 +101,8 @@ def write_drift_report(
     ``importance_shares.csv``, ``importance_ranks.csv``, ``importance_top_by_period.csv``,
     ``importance_rank_stability.csv``, ``importance_rank_changes.csv``, ``importance_jumps.csv``,
     ``importance_rank_heatmap.png``, ``psi_by_fold.csv``, ``psi_flags.csv``, ``psi_heatmap.png``,
-    ``feature_value_drift.csv``, ``drift_report.md``, ``drift_report.html``.
+    ``feature_value_drift.csv``, ``fold_summary.csv`` (with the fold windows), ``drift_report.md``,
+    ``drift_report.html``.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -101,18 +115,10 @@ def write_drift_report(
         frame.to_csv(path, index=index)
         written.append(path)
 
-    if run.windows is not None:
-        sections.append(
-            _Section(
-                "Reference windows",
-                "Each fold's reference is its own training window (the data its model learned from); the current "
-                "sample is its test days (the days it scored). test_start is the fold's decision date.",
-                run.windows.reset_index(),
-            )
-        )
     flag_sections: list[_Section] = []
     figure_sections: list[_Section] = []
     drift_sections: list[_Section] = []
+    drift = None
     if importance is not None:
         drift = importance_drift(importance, periods, top_n=max(top_n, 1), jump_ranks=jump_ranks, jump_top=jump_top)
         save(drift.shares, "importance_shares.csv", index=True)
@@ -162,7 +168,11 @@ def write_drift_report(
         save(fold_psi, "psi_by_fold.csv", index=True)
         flags = psi_flags(dated)
         save(flags, "psi_flags.csv", index=True)
-        png, shown = plot_psi_heatmap(dated, directory / "psi_heatmap.png", n_features=heatmap_features)
+        ic = None
+        if fold_rank_ic is not None:
+            ic = fold_rank_ic.reindex(fold_psi.index)
+            ic.index = dated.index
+        png, shown = plot_psi_heatmap(dated, directory / "psi_heatmap.png", rank_ic=ic, n_features=heatmap_features)
         written.append(png)
         flag_sections.insert(
             0,
@@ -177,7 +187,8 @@ def write_drift_report(
             0,
             _Section(
                 "PSI per feature and fold",
-                f"{len(shown)} features with the largest PSI in any fold; the full table is psi_by_fold.csv.",
+                f"{len(shown)} features with the largest PSI in any fold; the full table is psi_by_fold.csv."
+                + (" Above: each fold's rank IC." if ic is not None else ""),
                 None,
                 png,
             ),
@@ -187,9 +198,30 @@ def write_drift_report(
         shown_drift = value_drift.sort_values("psi", ascending=False, na_position="last").head(top_n).reset_index()
         drift_sections.append(
             _Section(
-                "Feature value drift, training vs test window (largest PSI first)",
-                "PSI < 0.1 stable, 0.1-0.25 moderate, > 0.25 significant; KS two-sample test",
+                "Whole test period against the first fold's training window (largest PSI first)",
+                "One comparison for the whole run, not per fold: every test day pooled against the first fold's "
+                "training window. Shifts that differ from fold to fold partly cancel in the pool, so a feature "
+                "flagged in a fold above can read as stable here; the per-fold PSI is the one to act on. "
+                f"Effect sizes, no p-values (at thousands of rows any shift is 'significant'): psi < {PSI_MODERATE} "
+                f"stable, up to {PSI_SIGNIFICANT} moderate, above significant; ks_d (Kolmogorov-Smirnov D, the "
+                f"largest gap between the two distribution functions) moderate from {KS_D_MODERATE}, large from "
+                f"{KS_D_LARGE}; smd (mean shift in pooled standard deviations) moderate from {SMD_MODERATE}, large "
+                f"from {SMD_LARGE}.",
                 shown_drift,
+            )
+        )
+    if run.windows is not None:
+        summary = fold_summary(run.windows, fold_psi=fold_psi, drift=drift, rank_ic=fold_rank_ic)
+        save(summary, "fold_summary.csv", index=True)
+        sections.append(
+            _Section(
+                "Per fold",
+                "Each fold's reference is its own training window (the data its model learned from); the current "
+                "sample is its test days (the days it scored); test_start is its decision date. rank_ic: the fold's "
+                f"mean daily rank IC; psi_flagged: features with PSI > {PSI_SIGNIFICANT} against its training window "
+                "(psi_median: over all features); jumps: importance jumps into the fold; rank_spearman: of the gain "
+                "shares with the previous fold's (1 = the same order).",
+                summary.reset_index(),
             )
         )
     sections += flag_sections + figure_sections + drift_sections
@@ -258,7 +290,6 @@ def _html(run: DriftRun, sections: list[_Section]) -> str:
             if not len(section.table):
                 body.append("<p>(none)</p>")
                 continue
-            shown = section.table.apply(lambda col: col.map(date_label) if col.dtype.kind == "M" else col)
-            body.append(shown.to_html(index=False, float_format=lambda x: f"{x:.4g}", border=0, na_rep=""))
+            body.append(html_table(section.table))
     body.append("</body></html>")
     return "\n".join(body)

@@ -8,6 +8,7 @@ ranks and jumps from :func:`~backtest.drift.importance_drift`); the style from
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.patches import Rectangle
 
 from backtest.drift import PSI_MODERATE, PSI_SIGNIFICANT, ImportanceDrift
-from backtest.reports.plots import DPI, HEATMAP_STYLE, new_figure, save_png
+from backtest.reports.plots import DPI, HEATMAP_STYLE, STRATEGY_COLOR, new_figure, save_png
 from backtest.reports.tables import date_label
 
 #: Rows (features) of each heatmap.
@@ -29,15 +30,23 @@ _PSI_COLORS = ("#f7f7f7", "#d9e8f5", "#fdd49e", "#f03b20", "#bd0026", "#67000d")
 
 
 def plot_psi_heatmap(
-    psi: pd.DataFrame, path: Path | str, *, n_features: int = HEATMAP_FEATURES, dpi: int = DPI
+    psi: pd.DataFrame,
+    path: Path | str,
+    *,
+    rank_ic: pd.Series | None = None,
+    n_features: int = HEATMAP_FEATURES,
+    dpi: int = DPI,
 ) -> tuple[Path, pd.DataFrame]:
     """Heatmap of PSI per feature (rows) and fold (columns), the ``n_features`` features with the
-    largest PSI in any fold, largest first; cells above :data:`PSI_SIGNIFICANT` carry their value.
+    largest PSI in any fold, largest first; cells above :data:`PSI_SIGNIFICANT` carry their value. With
+    ``rank_ic``, each fold's rank IC is drawn as a bar above its column, so that a fold whose features
+    moved can be read against how well it ranked.
 
     Parameters
     ----------
     psi : fold x feature PSI (index: fold labels, e.g. decision dates), folds in time order.
     path : the PNG to write.
+    rank_ic : each fold's rank IC, indexed like ``psi`` (a fold without one gets no bar), or None.
 
     Returns
     -------
@@ -53,16 +62,36 @@ def plot_psi_heatmap(
         f"PSI per fold: training window vs test days ({len(shown)} of {psi.shape[1]} features, "
         f"largest PSI first; > {PSI_SIGNIFICANT} significant)"
     )
-    with new_figure(_heatmap_size(matrix.shape), dpi=dpi, style=HEATMAP_STYLE) as figure:
-        axes = figure.add_subplot()
+    width, height = _heatmap_size(matrix.shape)
+    panel = _RANK_IC_INCHES if rank_ic is not None else 0.0
+    title = _wrapped(title, width)
+    with new_figure((width, height + panel), dpi=dpi, style=HEATMAP_STYLE) as figure:
+        figure.set_layout_engine("constrained")  # the heatmap's columns stay under the rank IC's bars
+        grid = figure.add_gridspec(2, 2, height_ratios=[max(panel, 1e-3), height], width_ratios=[1.0, 0.025])
+        axes = figure.add_subplot(grid[1, 0])
         image = axes.imshow(np.ma.masked_invalid(matrix), aspect="auto", cmap=cmap, norm=norm, interpolation="nearest")
         for row, col in zip(*np.nonzero(np.nan_to_num(matrix) > PSI_SIGNIFICANT), strict=True):
             axes.text(col, row, f"{matrix[row, col]:.2f}", ha="center", va="center", color="white", fontsize=5.5)
-        _label_axes(axes, shown, psi.index, title)
-        bar = figure.colorbar(image, ax=axes, extend="max", ticks=PSI_LEVELS, fraction=0.03, pad=0.02)
+        _label_axes(axes, shown, psi.index, title if rank_ic is None else "")
+        if rank_ic is not None:
+            _rank_ic_panel(figure.add_subplot(grid[0, 0], sharex=axes), rank_ic.reindex(psi.index), title)
+        bar = figure.colorbar(image, cax=figure.add_subplot(grid[1, 1]), extend="max", ticks=PSI_LEVELS)
         bar.set_label("PSI (grey: no values)")
-        figure.tight_layout()
         return save_png(figure, path), drawn
+
+
+#: Height of the rank-IC panel above the PSI heatmap, in inches.
+_RANK_IC_INCHES = 1.3
+
+
+def _rank_ic_panel(axes, rank_ic: pd.Series, title: str) -> None:
+    """Each fold's rank IC as a bar over its heatmap column (positions 0..n-1), with the zero line."""
+    values = rank_ic.to_numpy(dtype=np.float64)
+    axes.bar(np.arange(len(values)), np.nan_to_num(values), width=0.7, color=STRATEGY_COLOR)
+    axes.axhline(0.0, color="black", linewidth=0.6)
+    axes.set_ylabel("rank IC")
+    axes.set_title(title, fontsize=8.5, loc="left")
+    axes.tick_params(axis="x", labelbottom=False, length=0)
 
 
 def plot_importance_rank_heatmap(
@@ -70,7 +99,8 @@ def plot_importance_rank_heatmap(
 ) -> tuple[Path, pd.DataFrame]:
     """Heatmap of each feature's importance rank (rows) per fold (columns): the ``n_features`` features
     of largest mean gain share, largest first. Grey: unused in that fold (no rank); a red frame marks
-    the fold a jump lands in.
+    the fold a jump lands in; above each column, the number of jumps into that fold (over every feature,
+    drawn or not; none for the first fold).
 
     Returns
     -------
@@ -87,7 +117,12 @@ def plot_importance_rank_heatmap(
         f"Importance rank per fold (top {len(shown)} of {drift.shares.shape[1]} features by mean gain share; "
         f"jump: >= {drift.jump_ranks} places within the top {drift.jump_top})"
     )
-    with new_figure(_heatmap_size(matrix.shape), dpi=dpi, style=HEATMAP_STYLE) as figure:
+    size = _heatmap_size(matrix.shape)
+    title = _wrapped(title, size[0])
+    per_fold = drift.rank_stability.set_index("fold_to")["n_jumps"]
+    jumps = ["" if fold not in per_fold.index else f"{per_fold[fold]:d}" for fold in drift.ranks.index]
+    with new_figure((size[0], size[1] + 0.3), dpi=dpi, style=HEATMAP_STYLE) as figure:
+        figure.set_layout_engine("constrained")
         axes = figure.add_subplot()
         image = axes.imshow(
             np.ma.masked_invalid(matrix), aspect="auto", cmap=cmap, vmin=1, vmax=worst, interpolation="nearest"
@@ -119,10 +154,13 @@ def plot_importance_rank_heatmap(
                     )
                 )
         _label_axes(axes, shown, drift.ranks.index, title)
+        top = axes.secondary_xaxis("top")
+        top.set_xticks(range(len(jumps)), labels=jumps)
+        top.set_xlabel("importance jumps into the fold", fontsize=7)
+        top.tick_params(length=0)
         bar = figure.colorbar(image, ax=axes, extend="max", fraction=0.03, pad=0.02)
         bar.set_label("rank among the fold's used features (1 = largest gain share; grey: unused)")
         bar.ax.invert_yaxis()
-        figure.tight_layout()
         return save_png(figure, path), drawn
 
 
@@ -130,6 +168,11 @@ def _heatmap_size(shape: tuple[int, int]) -> tuple[float, float]:
     """Inches (width, height) of a heatmap of ``shape`` (rows = features, columns = folds)."""
     rows, cols = shape
     return min(4.0 + 0.32 * cols, 32.0), 1.6 + 0.24 * max(rows, 1)
+
+
+def _wrapped(title: str, width: float) -> str:
+    """``title`` in lines that fit a figure ``width`` inches wide beside the feature names (8.5 pt type)."""
+    return "\n".join(textwrap.wrap(title, max(int(width * 10), 40)))
 
 
 def _label_axes(axes, features: Sequence[str], folds: pd.Index, title: str) -> None:

@@ -32,7 +32,7 @@ from backtest.comparison import (
 from backtest.reports.files import STUDY_REPORT_FILES
 from backtest.reports.plots import BENCHMARK_COLOR, new_figure, save_png
 from backtest.reports.returns import wealth_curve
-from backtest.reports.tables import markdown_table, page_head
+from backtest.reports.tables import DECIMALS, html_table, markdown_table, page_head
 from backtest.statistics import PERIODS_PER_YEAR, PBOResult
 
 logger = logging.getLogger(__name__)
@@ -223,8 +223,10 @@ def _number(value: object, spec: str) -> str:
 
 #: columns of ``trial_metrics`` about the run rather than its configuration: shown with the trials' numbers
 _RUN_COLUMNS = ("minutes", "resumed_folds")
-#: decimals of each comparison statistic's difference in the tables
-_DIGITS = {"rank_ic": 4, "ndcg": 4, "sharpe": 2}
+#: how the tables print a statistic (a Sharpe ratio, a rank IC and their differences, PSR, DSR, NDCG)
+_STAT = f".{DECIMALS}f"
+_SIGNED = f"+.{DECIMALS}f"
+_NUMBER = f"{{:{_STAT}}}"  # a float cell of a table (the per-year returns and Sharpe ratios)
 
 
 def _comparison_display(report: StudyReport) -> pd.DataFrame:
@@ -238,26 +240,26 @@ def _comparison_display(report: StudyReport) -> pd.DataFrame:
         on = f"{primary}_diff"
         if name == report.baseline:
             seeds = {"seeds (seed s.e. of the diff)": str(int(row["n_seeds"]))} if "n_seeds" in t.columns else {}
-            rows.append({"trial": name, "verdict": _VERDICT_BASELINE, "DSR": _number(row["dsr"], ".2f"), **seeds})
+            rows.append({"trial": name, "verdict": _VERDICT_BASELINE, "DSR": _number(row["dsr"], _STAT), **seeds})
             continue
         rows.append(
             {
                 "trial": name,
                 "verdict": row["verdict"],
                 f"{STATISTIC_LABELS[primary]} diff [95% CI]": _interval(
-                    row[on], row[f"{on}_ci_low"], row[f"{on}_ci_high"], _DIGITS[primary]
+                    row[on], row[f"{on}_ci_low"], row[f"{on}_ci_high"], DECIMALS
                 ),
                 "p (Holm)": ""
                 if not np.isfinite(row["p_value"])
                 else f"{row['p_value']:.3f} ({row['p_holm']:.3f})" + ("" if statistic == primary else " Sharpe"),
                 "Sharpe diff [95% CI]": _interval(
-                    row["sharpe_diff"], row["sharpe_diff_ci_low"], row["sharpe_diff_ci_high"], 2
+                    row["sharpe_diff"], row["sharpe_diff_ci_low"], row["sharpe_diff_ci_high"], DECIMALS
                 ),
-                "DSR": _number(row["dsr"], ".2f"),
-                "MDE rank IC": _number(row["mde_rank_ic"], ".4f"),
+                "DSR": _number(row["dsr"], _STAT),
+                "MDE rank IC": _number(row["mde_rank_ic"], _STAT),
                 "days to resolve": _number(row["days_to_resolve"], ",.0f"),
                 **(
-                    {"seeds (seed s.e. of the diff)": f"{int(row['n_seeds'])} ({_number(row['seed_se'], '.4g')})"}
+                    {"seeds (seed s.e. of the diff)": f"{int(row['n_seeds'])} ({_number(row['seed_se'], _STAT)})"}
                     if "n_seeds" in t.columns
                     else {}
                 ),
@@ -267,27 +269,29 @@ def _comparison_display(report: StudyReport) -> pd.DataFrame:
 
 
 def _trials_display(report: StudyReport) -> pd.DataFrame:
-    """The trials' own numbers, one short row each (the CSV holds every column)."""
+    """The trials' own numbers, one short row each, the core columns first (the robustness a person reads
+    before anything else: Sharpe with its interval and without the best month, rank IC, DSR, comparable);
+    the CSV holds every column."""
     t = report.trials
     return pd.DataFrame(
         {
             "trial": t.index,
             "Sharpe [95% CI]": [
-                _interval(r["sharpe"], r["sharpe_ci_low"], r["sharpe_ci_high"], 2) for _, r in t.iterrows()
+                _interval(r["sharpe"], r["sharpe_ci_low"], r["sharpe_ci_high"], DECIMALS) for _, r in t.iterrows()
             ],
-            "ex best month": [_number(v, "+.2f") for v in t["sharpe_ex_best_month"]],
-            "ann. return": [_number(v, "+.1%") for v in t["ann_return"]],
-            "max DD": [_number(v, ".1%") for v in t["max_drawdown"]],
+            "ex best month": [_number(v, _SIGNED) for v in t["sharpe_ex_best_month"]],
             "rank IC (s.e.)": [
-                _number(r["rank_ic_mean"], "+.4f")
-                + (f" ({r['rank_ic_se']:.4f})" if np.isfinite(r["rank_ic_se"]) else "")
+                _number(r["rank_ic_mean"], _SIGNED)
+                + (f" ({r['rank_ic_se']:{_STAT}})" if np.isfinite(r["rank_ic_se"]) else "")
                 for _, r in t.iterrows()
             ],
-            "NDCG": [_number(v, ".4f") for v in t["ndcg"]],
-            "turnover": [_number(v, ".1f") for v in t["turnover"]],
-            "PSR": [_number(v, ".2f") for v in t["psr"]],
-            "DSR": [_number(v, ".2f") for v in t["dsr"]],
+            "DSR": [_number(v, _STAT) for v in t["dsr"]],
             **({"comparable": [{"false": "NO"}.get(v, v) for v in t["comparable"]]} if "comparable" in t else {}),
+            "ann. return": [_number(v, "+.1%") for v in t["ann_return"]],
+            "max DD": [_number(v, ".1%") for v in t["max_drawdown"]],
+            "NDCG": [_number(v, _STAT) for v in t["ndcg"]],
+            "PSR": [_number(v, _STAT) for v in t["psr"]],
+            "turnover": [_number(v, ".1f") for v in t["turnover"]],
             **({"minutes": [_number(v, ".1f") for v in t["minutes"]]} if "minutes" in t else {}),
             **({"resumed folds": [_number(v, ".0f") for v in t["resumed_folds"]]} if "resumed_folds" in t else {}),
         }
@@ -491,8 +495,9 @@ def write_study_report(directory: Path | str, report: StudyReport) -> list[Path]
             encoded = base64.b64encode(images[image].read_bytes()).decode("ascii")
             body.append(f"<img alt='{html.escape(heading)}' src='data:image/png;base64,{encoded}'>")
         if frame is not None:
-            markdown += [markdown_table(frame), ""]
-            body.append(frame.to_html(index=False, float_format=lambda x: f"{x:.4g}", border=0, na_rep=""))
+            markdown += [markdown_table(frame, _NUMBER), ""]
+            names = next((c for c in ("trial", "year") if c in frame.columns and frame[c].is_unique), None)
+            body.append(html_table(frame, _NUMBER, row_names=names))  # wide tables scroll under the names
     if report.notes:
         markdown += ["## Notes", ""] + [f"- {n}" for n in report.notes] + [""]
         body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in report.notes) + "</ul>")

@@ -9,6 +9,7 @@ The only package of the project that imports mlflow. Its modules, one job each:
   :class:`TrackedRun` handle of one open run;
 - :mod:`~backtest.tracking.queries`: a study's runs read back as a table;
 - :mod:`~backtest.tracking.layout`: where each artifact lives inside a run (:data:`ARTIFACTS`);
+- :mod:`~backtest.tracking.view`: the headline view of an experiment's runs list in MLflow's UI;
 - :mod:`~backtest.tracking.fallback`: a local store for runs whose server went away, and
   ``python -m backtest.tracking sync --to URI``, which hands them over later.
 

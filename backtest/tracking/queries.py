@@ -1,4 +1,11 @@
-"""Reading studies back: every run tagged with one ``study``, and the parent runs of the sweeps, as tables."""
+"""Reading studies back: every run tagged with one ``study``, and the parent runs of the sweeps, as tables.
+
+The table is built from the pages of ``MlflowClient.search_runs`` on the store named by the caller, not
+with ``mlflow.search_runs``: that function makes the same table (``params.*``, ``metrics.*``, ``tags.*``
+columns) but only from MLflow's process-wide tracking URI, and setting that URI (``mlflow.set_tracking_uri``)
+also exports ``MLFLOW_TRACKING_URI`` to every child process. This package names its store on every call
+instead: a tracker and its fallback store, or the two stores of a sync, live in one process.
+"""
 
 from __future__ import annotations
 

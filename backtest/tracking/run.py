@@ -44,11 +44,15 @@ from backtest.tracking.store import (
     STORE_ERRORS,
     TrackingConfig,
     default_artifact_location,
+    now_ms,
     prepare_store,
     resolve_tracking_uri,
 )
 
 logger = logging.getLogger(__name__)
+
+#: the run tag MLflow's UI shows (and edits) as the run's description, in Markdown
+NOTE_TAG = "mlflow.note.content"
 
 # MLflow's limits per log_batch call (mlflow.utils.validation).
 MAX_PARAMS_PER_BATCH = 100
@@ -307,32 +311,44 @@ class TrackedRun:
         NaN and inf are stored as such (MLflow keeps them); a value that is not a real number raises
         TrackingError naming the key.
         """
-        timestamp = _now_ms()
+        timestamp = now_ms()
         entries = [Metric(metric_key(k), _metric_value(k, v), timestamp, int(step)) for k, v in metrics.items()]
         self._log_metric_entries(entries)
 
-    def log_fold_metrics(self, fold_metrics: Mapping[int, Mapping[str, float]] | pd.DataFrame) -> None:
+    def log_fold_metrics(
+        self,
+        fold_metrics: Mapping[int, Mapping[str, float]] | pd.DataFrame,
+        decision_dates: Mapping[int, pd.Timestamp] | None = None,
+    ) -> None:
         """Log per-fold metrics as ``fold/<name>`` with ``step`` = fold number, in batches of 1000.
+
+        A fold's missing value (None or NaN) is not logged: a fold may have no value of a metric (the
+        last fold's rank IC, IC and NDCG when none of its test days has a known label yet: its labels end
+        after the data), and a NaN point would break the UI's charts of the key.
 
         Parameters
         ----------
         fold_metrics : ``{fold: {name: value}}``, or a DataFrame indexed by fold number with one column
-            per metric (NaN cells are skipped: a metric a fold does not have).
+            per metric.
+        decision_dates : each fold's decision date (its first test day): the timestamp of its points, so
+            that the UI's "time" axis shows when each fold decided. Folds without one, and every fold
+            when None, get the time of logging.
         """
         if isinstance(fold_metrics, pd.DataFrame):
-            rows: Mapping[Any, Mapping[str, Any]] = {
-                fold: {k: v for k, v in row.items() if not _is_missing(v)}
-                for fold, row in fold_metrics.to_dict(orient="index").items()
-            }
+            rows: Mapping[Any, Mapping[str, Any]] = fold_metrics.to_dict(orient="index")
         else:
             rows = fold_metrics
-        timestamp = _now_ms()
+        now = now_ms()
+        dates = decision_dates or {}
         entries = []
         for fold, values in rows.items():
             step = _fold_step(fold)
+            timestamp = int(pd.Timestamp(dates[fold]).value // 1_000_000) if fold in dates else now
             for name, value in values.items():
                 key = f"fold/{name}"
-                entries.append(Metric(metric_key(key), _metric_value(key, value), timestamp, step))
+                if value is None or math.isnan(number := _metric_value(key, value)):
+                    continue
+                entries.append(Metric(metric_key(key), number, timestamp, step))
         self._log_metric_entries(entries)
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
@@ -340,6 +356,12 @@ class TrackedRun:
         entries = [RunTag(metric_key(k), v) for k, v in tag_values(tags).items()]
         for chunk in _chunks(entries, MAX_TAGS_PER_BATCH):
             self._log_batch("tags", tags=chunk)
+
+    def set_note(self, text: str) -> None:
+        """Make ``text`` the run's description (tag :data:`NOTE_TAG`), shown as the terminal shows it: a
+        fixed-width block (cut, like any tag, at 8000 characters)."""
+        body = text.strip("\n")
+        self.set_tags({NOTE_TAG: f"```\n{body}\n```"})
 
     def log_provenance(self, provenance: Provenance) -> dict[str, str]:
         """Set the provenance and guard tags (:func:`provenance_tags`); return them.
@@ -679,10 +701,6 @@ def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[start : start + size]
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def _metric_value(key: str, value: Any) -> float:
     if isinstance(value, (bool, np.bool_)):
         raise TrackingError(f"Metric {key!r}: received the bool {value!r}; log 0/1 or a tag instead.")
@@ -707,10 +725,6 @@ def _fold_step(fold: Any) -> int:
     if step != fold:
         raise TrackingError(f"Fold metrics: fold number {fold!r} is not an integer.")
     return step
-
-
-def _is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _parent(artifact_file: str) -> str | None:

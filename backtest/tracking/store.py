@@ -42,6 +42,7 @@ from mlflow.exceptions import MlflowException
 
 from backtest.errors import ConfigError, TrackingError
 from backtest.tracking.redaction import redact_uri
+from backtest.tracking.view import VIEW_TAG, headline_view_tag, is_current
 
 logger = logging.getLogger(__name__)
 
@@ -240,7 +241,9 @@ def prepare_store(
     Call it in the launching process before multirun jobs start: jobs that find neither the SQLite
     file nor the experiment race on creating them ("table already exists", "duplicate column name").
     Idempotent: an existing experiment is returned as is (its artifact location is kept); it only gains
-    the :data:`EXPERIMENT_KIND_TAG` when it lacks one, so that the MLflow UI opens it as model training.
+    the :data:`EXPERIMENT_KIND_TAG` when it lacks one, so that the MLflow UI opens it as model training,
+    and the headline view of its runs list (:data:`backtest.tracking.view.VIEW_TAG`) when it lacks this
+    version's.
 
     Parameters
     ----------
@@ -288,7 +291,9 @@ def _get_or_create_experiment(client: mlflow.MlflowClient, uri: str, name: str, 
     if experiment is None:
         try:
             experiment_id = client.create_experiment(
-                name, artifact_location=artifact_location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+                name,
+                artifact_location=artifact_location,
+                tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, VIEW_TAG: headline_view_tag(now_ms())},
             )
             logger.info(
                 "created MLflow experiment %r (id %s) in %s, artifacts in %s",
@@ -313,7 +318,15 @@ def _get_or_create_experiment(client: mlflow.MlflowClient, uri: str, name: str, 
     if EXPERIMENT_KIND_TAG not in experiment.tags:  # made before the tag was set, or by another tool
         client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         logger.info("tagged MLflow experiment %r %s=%s", name, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    if not is_current(experiment.tags.get(VIEW_TAG)):  # made before the view, or by an older version
+        client.set_experiment_tag(experiment.experiment_id, VIEW_TAG, headline_view_tag(now_ms()))
+        logger.info("saved the headline view of MLflow experiment %r (%s)", name, VIEW_TAG)
     return experiment.experiment_id
+
+
+def now_ms() -> int:
+    """The time now in MLflow's unit, milliseconds since the epoch."""
+    return int(time.time() * 1000)
 
 
 def _is_creation_race(exc: Exception) -> bool:

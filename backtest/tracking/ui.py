@@ -8,7 +8,9 @@ answers, and prints:
 
 - the experiment's runs, in the model-training view (``workflowType=machine_learning``: MLflow 3.17's UI
   picks the GenAI or the model-training layout from that switch, which it keeps per browser, and opens
-  GenAI by default);
+  GenAI by default), on the experiment's headline view (``viewStateShareKey=headline``: Sharpe, its
+  interval and ex best month, rank IC and its s.e., DSR, the baselines' rank IC, the feature set and
+  ``comparable``, sorted by Sharpe; :mod:`backtest.tracking.view`);
 - for the latest sweep (a run tagged ``run_kind=sweep`` whose child runs carry its ``study`` tag): the
   compare-runs page of its runs, and the chart of their per-fold ``fold/rank_ic`` (step = fold), one line
   per run. (In the runs list the sweep's runs are nested under its parent run: expand its row with the
@@ -45,6 +47,7 @@ from backtest import PROJECT_DIR
 from backtest.errors import ConfigError, TrackingError
 from backtest.tracking.redaction import redact_uri
 from backtest.tracking.store import resolve_tracking_uri
+from backtest.tracking.view import VIEW_KEY, VIEW_URL_PARAM
 
 logger = logging.getLogger(__name__)
 
@@ -150,25 +153,14 @@ def server_env(uri: str, environ: Mapping[str, str] | None = None) -> dict[str, 
 
 
 def process_tree(pid: int) -> list[int]:
-    """``pid`` and all its descendants (Linux ``/proc``), sorted; [] when ``pid`` is gone."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    if not Path(f"/proc/{pid}").exists():
+    """``pid`` and all its descendants (psutil), sorted; [] when ``pid`` is gone."""
+    import psutil
+
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
         return []
-    found, stack = [], [pid]
-    while stack:
-        current = stack.pop()
-        found.append(current)
-        stack.extend(children.get(current, []))
-    return sorted(found)
+    return sorted([pid, *(child.pid for child in children)])
 
 
 @dataclass
@@ -296,12 +288,16 @@ def _answers(url: str, timeout_s: float = 2.0) -> bool:
 
 
 def experiment_url(base_url: str, experiment_id: str) -> str:
-    """The experiment's runs list in the model-training view.
+    """The experiment's runs list in the model-training view, opened on its headline view (the columns of
+    :mod:`backtest.tracking.view`, sorted by Sharpe).
 
     >>> experiment_url("http://127.0.0.1:5000", "1")
-    'http://127.0.0.1:5000/#/experiments/1/runs?workflowType=machine_learning'
+    'http://127.0.0.1:5000/#/experiments/1/runs?workflowType=machine_learning&viewStateShareKey=headline'
     """
-    return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType={WORKFLOW_TYPE}"
+    return (
+        f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType={WORKFLOW_TYPE}"
+        f"&{VIEW_URL_PARAM}={VIEW_KEY}"
+    )
 
 
 def compare_url(base_url: str, run_ids: Sequence[str], experiment_ids: Sequence[str]) -> str:
@@ -341,6 +337,17 @@ def run_url(base_url: str, experiment_id: str, run_id: str, artifact: str | None
     """
     base = f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
     return (f"{base}/artifactPath/{artifact}" if artifact else f"{base}/artifacts") + f"?workflowType={WORKFLOW_TYPE}"
+
+
+def run_charts_url(base_url: str, experiment_id: str, run_id: str) -> str:
+    """A run's page at its metric charts: the per-fold metrics (``fold/<name>``) over the folds.
+
+    >>> run_charts_url("http://127.0.0.1:5000", "1", "ab")
+    'http://127.0.0.1:5000/#/experiments/1/runs/ab/model-metrics?workflowType=machine_learning'
+    """
+    return (
+        f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}/model-metrics?workflowType={WORKFLOW_TYPE}"
+    )
 
 
 def _json_param(value: object) -> str:
@@ -388,7 +395,7 @@ class UiLinks:
         """What ``make ui`` prints."""
         if self.experiment_id is None:
             return [f"experiment {self.experiment!r}: not in this store yet (run a backtest: make run)"]
-        out = [f"experiment {self.experiment!r}: {self.experiment_url}"]
+        out = [f"experiment {self.experiment!r} (backtests by Sharpe): {self.experiment_url}"]
         if self.study is None:
             out.append("latest study: none yet (a sweep makes one: .venv/bin/python -m backtest -m ...)")
             return out

@@ -13,8 +13,11 @@ import pytest
 from scipy import stats
 
 from backtest.drift import (
+    KS_D_LARGE,
+    KS_D_MODERATE,
     PSI_EPS,
     PSI_SIGNIFICANT,
+    SMD_MODERATE,
     evenly_spaced,
     feature_value_drift,
     fold_windows,
@@ -80,7 +83,7 @@ def test_psi_flags_a_shifted_feature_and_not_a_resample() -> None:
 # Feature value drift table
 
 
-def test_feature_value_drift_table_matches_psi_and_scipy_ks() -> None:
+def test_feature_value_drift_gives_effect_sizes_psi_ks_d_and_smd_not_p_values() -> None:
     rng = np.random.default_rng(2)
     ref = rng.normal(size=(4000, 3)).astype(np.float32)
     cur = rng.normal(size=(3000, 3)).astype(np.float32)
@@ -88,13 +91,17 @@ def test_feature_value_drift_table_matches_psi_and_scipy_ks() -> None:
     cur[:, 2] = np.nan
     table = feature_value_drift(ref, cur, ["rsi", "mf_ratio", "empty"])
     assert table.index.tolist() == ["rsi", "mf_ratio", "empty"]
+    assert table.columns.tolist() == ["psi", "ks_d", "smd", "n_ref", "n_cur", "psi_level"]  # no p-value
     for j, name in enumerate(["rsi", "mf_ratio"]):
-        ks = stats.ks_2samp(ref[:, j], cur[:, j], method="asymp")
-        assert table.loc[name, "ks_stat"] == pytest.approx(ks.statistic, abs=1e-12)
-        assert table.loc[name, "ks_pvalue"] == pytest.approx(ks.pvalue, rel=1e-9)
+        a, b = ref[:, j].astype(np.float64), cur[:, j].astype(np.float64)
+        assert table.loc[name, "ks_d"] == pytest.approx(stats.ks_2samp(a, b).statistic, abs=1e-12)
+        pooled = math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2)
+        assert table.loc[name, "smd"] == pytest.approx((b.mean() - a.mean()) / pooled, rel=1e-12)
         assert table.loc[name, "psi"] == pytest.approx(population_stability_index(ref[:, j], cur[:, j]), abs=1e-12)
     assert table.loc["rsi", "psi_level"] == "stable" and table.loc["mf_ratio", "psi_level"] == "significant"
-    assert table.loc["mf_ratio", "ks_pvalue"] < 1e-10
+    # a shift of 2 standard deviations: D and SMD read large; a resample reads small on both
+    assert table.loc["mf_ratio", "ks_d"] > KS_D_LARGE and table.loc["mf_ratio", "smd"] == pytest.approx(2.0, abs=0.1)
+    assert table.loc["rsi", "ks_d"] < KS_D_MODERATE and abs(table.loc["rsi", "smd"]) < SMD_MODERATE
     assert math.isnan(table.loc["empty", "psi"]) and table.loc["empty", "n_cur"] == 0
     assert table.loc["rsi", "n_ref"] == 4000 and table.loc["rsi", "n_cur"] == 3000
 
@@ -104,7 +111,7 @@ def test_feature_value_drift_max_rows_takes_evenly_spaced_rows() -> None:
     full = feature_value_drift(ref, ref, ["x"])
     sub = feature_value_drift(ref, ref, ["x"], max_rows=10)
     assert full.loc["x", "n_ref"] == 100 and sub.loc["x", "n_ref"] == 10
-    assert sub.loc["x", "psi"] == 0.0 and sub.loc["x", "ks_stat"] == 0.0
+    assert sub.loc["x", "psi"] == 0.0 and sub.loc["x", "ks_d"] == 0.0 and sub.loc["x", "smd"] == 0.0
 
 
 def test_feature_value_drift_shape_errors() -> None:
@@ -330,7 +337,10 @@ def test_write_drift_report_files(tmp_path: Path) -> None:
     assert stability["spearman"].tolist() == pytest.approx([1.0, -1.0])
     markdown = (tmp_path / "drift/drift_report.md").read_text()
     assert "| 2023-01-03 | 2023-07-03 | 1 |" in markdown
-    assert "| mf_main | " in markdown.split("Feature value drift")[1].splitlines()[6]  # largest PSI first
+    whole = markdown.split("## Whole test period against the first fold's training window")[1]
+    assert "not per fold" in whole and "no p-values" in whole
+    header, first = [line for line in whole.splitlines() if line.startswith("| ")][:2]
+    assert header.startswith("| feature | psi | ks_d | smd |") and first.startswith("| mf_main | ")  # largest PSI first
     assert "<h2>Rank stability" in (tmp_path / "drift/drift_report.html").read_text()
 
 
@@ -359,3 +369,33 @@ def test_drift_report_names_the_run_windows_flags_and_embeds_the_heatmaps(tmp_pa
     assert "| shifted | 1 | 3 |" in flagged and "| stable |" not in flagged
     # PSI columns are labelled by decision date once the windows are known
     assert pd.read_csv(tmp_path / "psi_flags.csv")["max_at"].tolist() == ["2024-05-20"]
+
+
+def test_the_report_tells_one_story_per_fold_rank_ic_over_psi_and_jumps_per_fold(tmp_path: Path) -> None:
+    values, dates, names = _market_features()
+    psi = psi_by_fold(values, dates, WINDOWS, names)
+    # "stable" and "shifted" swap first and third place twice; with three features a jump is 2 places into the top 1
+    importance = pd.DataFrame(
+        {"stable": [5.0, 1.0, 5.0], "shifted": [1.0, 5.0, 1.0], "gappy": [2.0, 2.0, 2.0]}, index=WINDOWS["test_start"]
+    )
+    rank_ic = pd.Series([0.04, 0.01, -0.03], index=pd.Index([0, 1, 2], name="fold"))
+    run = DriftRun(run_name="lambdarank-all", run_id="abc123", windows=WINDOWS)
+    write_drift_report(
+        tmp_path, importance=importance, fold_psi=psi, fold_rank_ic=rank_ic, run=run, jump_ranks=2, jump_top=1
+    )
+    summary = pd.read_csv(tmp_path / "fold_summary.csv", index_col="fold")
+    assert summary["rank_ic"].tolist() == [0.04, 0.01, -0.03]
+    assert summary["psi_flagged"].tolist() == [0, 0, 1]  # only the last fold's test days see the shift
+    assert summary["psi_median"].tolist() == pytest.approx(psi.median(axis=1).tolist(), rel=1e-12)
+    jumps = pd.read_csv(tmp_path / "importance_jumps.csv")
+    # no previous fold for the first; then each swap moves both features
+    assert math.isnan(summary.loc[0, "jumps"]) and summary["jumps"].iloc[1:].tolist() == [2, 2]
+    assert summary["jumps"].sum() == len(jumps) == 4
+    markdown = (tmp_path / "drift_report.md").read_text()
+    sections = [line for line in markdown.splitlines() if line.startswith("## ")]
+    assert sections[0] == "## Per fold" and not any("Whole test period" in h for h in sections)  # none given
+    assert "| 2 | 2024-02-26 | 2024-05-17 | 2024-05-20 | 2024-06-14 | -0.03 | 1 | 0.01536 | 2 | -1 |" in markdown
+    assert "Above: each fold's rank IC." in markdown
+    # the rank IC panel sits above the heatmap: the same heatmap is taller with it
+    plain = matplotlib.image.imread(plot_psi_heatmap(psi, tmp_path / "plain.png")[0])
+    assert matplotlib.image.imread(tmp_path / "psi_heatmap.png").shape[0] > plain.shape[0] + 100

@@ -111,3 +111,37 @@ def test_configuration_cells_are_short_and_last(tmp_path: Path, study_inputs) ->
     trials = pd.read_csv(tmp_path / STUDY_REPORT_FILES["trials"], index_col="trial")
     assert trials.loc["base", "features.exclude"] == features  # the CSV keeps the full value
     assert list(trials.columns[-2:]) == ["params.model.lr", "features.exclude"]
+
+
+def _markdown_rows(markdown: str, heading: str) -> list[dict[str, str]]:
+    lines = [line for line in markdown.split(f"## {heading}")[1].split("\n## ")[0].splitlines() if line.startswith("|")]
+    names = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    return [dict(zip(names, (c.strip() for c in line.strip("|").split("|")))) for line in lines[2:]]
+
+
+def test_the_trials_tables_put_core_columns_first_three_decimals_and_keep_names_in_view(tmp_path: Path, study) -> None:
+    write_study_report(tmp_path, study)
+    markdown = (tmp_path / STUDY_REPORT_FILES["markdown"]).read_text(encoding="utf-8")
+    trials = _markdown_rows(markdown, "Trials")
+    core = ["trial", "Sharpe [95% CI]", "ex best month", "rank IC (s.e.)", "DSR"]  # then comparable, when tagged
+    assert list(trials[0])[:5] == core and list(trials[0])[5:7] == ["ann. return", "max DD"]
+    three = re.compile(r"^[+-]?\d+\.\d{3}$")
+    for row in trials:
+        sharpe, low, high = re.match(r"^(\S+) \[(\S+), (\S+)\]$", row["Sharpe [95% CI]"]).groups()
+        ic_and_se = re.findall(r"[+-]?\d+\.\d+", row["rank IC (s.e.)"])  # the s.e. when the run has one
+        cells = [sharpe, low, high, *ic_and_se, row["ex best month"], row["DSR"], row["NDCG"], row["PSR"]]
+        assert all(three.match(cell) for cell in cells), row
+    better = study.trials.loc["better"]
+    assert next(r for r in trials if r["trial"] == "better")["DSR"] == f"{better['dsr']:.3f}"
+    compared = [r for r in _markdown_rows(markdown, "Comparison with the baseline") if r["trial"] == "better"][0]
+    assert re.match(r"^[+-]\d+\.\d{3} \[[+-]\d+\.\d{3}, [+-]\d+\.\d{3}\]$", compared["Sharpe diff [95% CI]"])
+    years = _markdown_rows(markdown, "Sharpe ratio per calendar year")
+    assert all(three.match(cell) for row in years for name, cell in row.items() if name != "year" and cell)
+
+    page = (tmp_path / STUDY_REPORT_FILES["html"]).read_text(encoding="utf-8")
+    trials_html = page.split("<h2>Trials</h2>")[1].split("<h2>")[0]
+    assert "<div class='wide'>" in trials_html  # a wide table scrolls sideways in its box...
+    assert (
+        "position: sticky" in trials_html and 'class="row_heading level0 row0" >' in trials_html
+    )  # ...under its names
+    assert ".wide td,.wide th{white-space:nowrap}" in page  # an interval stays on one line

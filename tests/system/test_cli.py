@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -15,6 +18,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from backtest import cli
 from backtest.cli.compose import CONF_DIR, build
+from backtest.cli.progress import FoldProgress
 from backtest.metrics import HEADLINE_KEYS
 from backtest.reports.study import STUDY_REPORT_FILES
 from backtest.statistics import dsr, expected_max_sharpe
@@ -82,9 +86,17 @@ def test_main_job_records_one_complete_run(tmp_path: Path, capsys, compose_confi
     )
     assert run.data.metrics["n_folds"] == out["metrics"]["n_folds"] >= 2
     history = client.get_metric_history(out["run_id"], "fold/rank_ic")
-    # one point per fold, step = fold number (the last fold's labels may not be known yet: no point)
+    # one point per fold, step = fold number (the last fold's labels may not be known yet: no point, never NaN)
     assert sorted(m.step for m in history) == list(range(len(history)))
-    assert len(history) >= out["metrics"]["n_folds"] - 1
+    assert len(history) >= out["metrics"]["n_folds"] - 1 and all(np.isfinite(m.value) for m in history)
+    # each point is dated at its fold's decision date (the leakage records')
+    records = json.loads(
+        Path(client.download_artifacts(out["run_id"], ARTIFACTS.leakage_records, str(tmp_path))).read_text()
+    )
+    decisions = {r["fold"]: pd.Timestamp(r["decision_date"]) for r in records}
+    assert {m.step: pd.Timestamp(m.timestamp, unit="ms") for m in history} == {
+        m.step: decisions[m.step] for m in history
+    }
     tags = run.data.tags
     assert tags["leak_guard"] == "passed" and tags["feature_audit"] == "passed" and tags["comparable"] == "true"
     for key in ("git_commit", "git_dirty", "data_fingerprint", "feature_fingerprint", "code_fingerprint", "config_key"):
@@ -121,6 +133,10 @@ def test_main_job_records_one_complete_run(tmp_path: Path, capsys, compose_confi
     assert "leak guard      passed" in printed and out["run_id"] in printed
     assert "vs the index: beta" in printed and "(index: float-cap-weighted index of the universe)" in printed
     assert f"open the UI     {ui_command(uri)}" in printed  # the command that serves this store (tracking.ui)
+    # the printed summary is the run's description in the UI, whole
+    note = client.get_run(out["run_id"]).data.tags["mlflow.note.content"]
+    assert note.startswith("```\nbacktest ") and note.removeprefix("```\n").removesuffix("\n```") in printed
+    assert "leak guard      passed" in note and f"MLflow run      {out['run_id']}" in note
 
 
 def _all_artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
@@ -277,7 +293,8 @@ def test_a_portfolio_depth_sweep_names_its_trials_and_reports_one_ndcg_key(tmp_p
 def test_a_study_config_without_multirun_is_refused(tmp_path: Path) -> None:
     proc = main_job(["+study=volatility", f"tracking.uri=sqlite:///{tmp_path / 'x.db'}"], tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "fix: python -m backtest -m +study=volatility" in proc.stderr
+    fix = shlex.split(proc.stderr.strip().splitlines()[-1].removeprefix("  fix: "))
+    assert fix[1:5] == ["-m", "backtest", "-m", "+study=volatility"]  # the user's command with -m: one paste away
     assert not (tmp_path / "x.db").exists()
 
 
@@ -286,3 +303,35 @@ def test_a_label_the_model_cannot_learn_from_is_refused_when_composed(tmp_path: 
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "cannot learn from label.processing=raw" in proc.stderr and "fix: label=default" in proc.stderr
     assert not (tmp_path / "x.db").exists()  # refused before the store was touched
+
+
+def test_log_lines_print_above_the_fold_bar_never_inside_it(capsys) -> None:
+    console = logging.StreamHandler(sys.stderr)  # the console's handler, on the stream of the bar
+    console.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(console)
+    progress = FoldProgress()
+    try:
+        for fold in range(3):
+            progress(SimpleNamespace(fold=fold, metrics={"rank_ic": 0.01 * fold}, resumed=False), 3)
+            logging.getLogger("models.lambdarank").warning("fit of fold %d", fold + 1)
+    finally:
+        progress.close()
+        restored = console in root.handlers  # the console's own handler is back once the bar is closed
+        root.removeHandler(console)
+    assert restored
+    lines = capsys.readouterr().err.split("\n")
+    for fold in (1, 2, 3):
+        line = next(line for line in lines if f"fit of fold {fold}" in line)
+        assert line.rsplit("\r", 1)[-1] == f"WARNING fit of fold {fold}", line  # the bar was cleared first
+
+
+def test_help_opens_with_the_readmes_example_commands_then_hydras_page(tmp_path: Path) -> None:
+    proc = main_job(["--help"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    head, groups, config = proc.stdout.partition("== Configuration groups ==")
+    assert head.startswith("python -m backtest [overrides]: a leakage-guarded rolling backtest")
+    examples = [line.split("  #")[0].strip() for line in head.splitlines() if line.startswith("  python -m backtest")]
+    readme = (Path(CONF_DIR).parent / "README.md").read_text()
+    assert len(examples) == 8 and [e for e in examples if e not in readme] == []  # the README's commands, no other
+    assert groups and "study: " in config and "== Config ==" in config  # Hydra's page follows

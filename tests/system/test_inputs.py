@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import os
+import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -59,7 +61,10 @@ def _refused(proc: subprocess.CompletedProcess, *words: str) -> str:
     "override,words",
     [
         ("backtest.retrain_evry=5", ["unknown config key backtest.retrain_evry", "fix: backtest.retrain_every=5"]),
-        ("features=nope", ["unknown option features=nope", "no_volatility", "fix: features="]),
+        (
+            "features=nope",
+            ["unknown option features=nope", "no_volatility", " features=all ", "(or another option listed)"],
+        ),
     ],
 )
 def test_a_composition_error_exits_2_in_one_line(tmp_path: Path, override: str, words: list[str]) -> None:
@@ -82,19 +87,36 @@ def test_a_key_an_experiment_sets_names_the_experiment(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "override,words",
+    "override,words,fixed",
     [
-        ("experiment=smok", ["unknown option experiment=smok", "leak_demo, smoke, weekly", "fix: experiment=smoke"]),
-        ("+study=volatilty", ["unknown option +study=volatilty", "moneyflow", "fix: +study=volatility"]),
+        ("experiment=smok", ["unknown option experiment=smok", "leak_demo, smoke, weekly"], ["experiment=smoke"]),
+        # a study runs as a sweep: the fix adds the -m it needs, so that it is one paste away
+        ("+study=volatilty", ["unknown option +study=volatilty", "moneyflow"], ["-m", "+study=volatility"]),
     ],
 )
-def test_an_unknown_experiment_or_study_is_refused_before_any_work(
-    tmp_path: Path, override: str, words: list[str]
+def test_an_unknown_experiment_or_study_is_refused_with_the_command_that_works(
+    tmp_path: Path, override: str, words: list[str], fixed: list[str]
 ) -> None:
     store = tmp_path / "x.db"
     err = _refused(main_job([*TINY, override, f"tracking.uri=sqlite:///{store}"], tmp_path), *words)
     assert len(err.strip().splitlines()) == 2  # the error and its fix
     assert not (tmp_path / "run").exists() and not store.exists()
+    command = shlex.split(err.strip().splitlines()[1].removeprefix("  fix: "))
+    assert os.path.samefile(shutil.which(command[0]) or command[0], sys.executable)  # this interpreter
+    flag, override_fixed = (fixed[:-1], fixed[-1])
+    assert command[1:] == [
+        "-m",
+        "backtest",
+        *flag,
+        *TINY,
+        override_fixed,
+        f"tracking.uri=sqlite:///{store}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]
+    composed = [arg for i, arg in enumerate(command) if (i, arg) != (3, "-m")] + ["--cfg", "job"]  # not with -m
+    shown = subprocess.run(composed, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert shown.returncode == 0 and "error" not in shown.stderr, shown.stderr  # the fixed command composes
 
 
 @pytest.mark.parametrize(

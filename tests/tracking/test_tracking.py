@@ -402,6 +402,30 @@ def test_fold_metrics_from_a_dataframe_skip_missing_cells(tracker: Tracker, clie
     assert [(m.step, m.value) for m in client.get_metric_history(run.run_id, "fold/turnover")] == [(0, 2.0), (1, 3.0)]
 
 
+def test_fold_metrics_skip_nan_and_carry_each_folds_decision_date(tracker: Tracker, client) -> None:
+    decisions = {0: pd.Timestamp("2025-07-01"), 1: pd.Timestamp("2025-07-29")}
+    with tracker.start_run() as run:
+        run.log_fold_metrics({0: {"rank_ic": 0.05, "n_train": 500.0}}, decisions)
+        run.log_fold_metrics({1: {"rank_ic": np.float32("nan"), "ndcg": None, "n_train": 510.0}}, decisions)
+        run.log_fold_metrics({2: {"rank_ic": -0.02}}, decisions)  # no decision date given: the time of logging
+    rank_ic = client.get_metric_history(run.run_id, "fold/rank_ic")
+    assert [(m.step, m.value) for m in rank_ic] == [(0, 0.05), (2, -0.02)]  # fold 1 had no value: no point
+    assert rank_ic[0].timestamp == 1751328000000  # 2025-07-01 00:00 UTC in ms
+    assert rank_ic[1].timestamp > 1751328000000 + 365 * 86_400_000  # now, not a decision date
+    assert "fold/ndcg" not in client.get_run(run.run_id).data.metrics
+    n_train = client.get_metric_history(run.run_id, "fold/n_train")
+    assert [(m.step, pd.Timestamp(m.timestamp, unit="ms")) for m in n_train] == list(decisions.items())
+
+
+def test_the_note_is_the_runs_description_as_a_fixed_width_block(tracker: Tracker, client) -> None:
+    with tracker.start_run() as run:
+        pass
+    run.set_note("\nbacktest 2025-07-02 .. 2025-12-30\nSharpe    -1.28\n")  # after the run ended, as the CLI does
+    assert client.get_run(run.run_id).data.tags["mlflow.note.content"] == (
+        "```\nbacktest 2025-07-02 .. 2025-12-30\nSharpe    -1.28\n```"
+    )
+
+
 def test_logging_is_batched_within_mlflow_limits(tracker: Tracker, client, monkeypatch) -> None:
     calls: list[tuple[int, int, int]] = []
     original = tracker.client.log_batch

@@ -32,6 +32,7 @@ from backtest.tracking.ui import (
     ui_command,
     ui_links,
 )
+from backtest.tracking.view import VIEW_TAG
 
 BASE = "http://127.0.0.1:5000"
 
@@ -88,6 +89,56 @@ def test_an_existing_experiment_without_the_tag_gains_it_and_a_set_kind_is_kept(
     assert client.get_experiment(chosen).tags[EXPERIMENT_KIND_TAG] == "genai_development"
 
 
+# -- the headline view ----------------------------------------------------------------------------
+
+
+def _view(client: mlflow.MlflowClient, experiment_id: str) -> dict:
+    envelope = json.loads(client.get_experiment(experiment_id).tags[VIEW_TAG])
+    return {**envelope, "state": json.loads(envelope["state"])}
+
+
+def test_a_new_experiment_carries_the_headline_view_sorted_by_sharpe(store: Path) -> None:
+    experiment_id = prepare_store(_uri(store), "view-new", project_dir=store)
+    view = _view(mlflow.MlflowClient(_uri(store)), experiment_id)
+    assert VIEW_TAG == "mlflow.sharedViewState.headline"
+    assert view["name"] == "Headline: Sharpe, rank IC, DSR, baselines" and view["createdAt"] == view["updatedAt"]
+    assert view["state"] == {
+        "searchFilter": "tags.run_kind = 'backtest'",
+        "orderByKey": "metrics.`sharpe`",
+        "orderByAsc": False,
+        "selectedColumns": [
+            "metrics.`sharpe`",
+            "metrics.`sharpe_ex_best_month`",
+            "metrics.`sharpe_ci_low`",
+            "metrics.`sharpe_ci_high`",
+            "metrics.`rank_ic_mean`",
+            "metrics.`rank_ic_se`",
+            "metrics.`dsr`",
+            "metrics.`baseline_factor_rank_ic_mean`",
+            "metrics.`baseline_linear_rank_ic_mean`",
+            "params.`features.name`",
+            "tags.`comparable`",
+        ],
+        "columnOrder": ["attributes.`Run Name`", *view["state"]["selectedColumns"]],
+        "columnWidths": {"attributes.`Run Name`": 320},
+    }
+
+
+def test_an_experiment_without_the_view_or_with_an_old_one_gains_this_one_and_a_current_one_is_kept(
+    store: Path,
+) -> None:
+    client = mlflow.MlflowClient(_uri(store))
+    prepare_store(_uri(store), "view-seed", project_dir=store)
+    bare = client.create_experiment("view-old", artifact_location=(store / "view-old").as_uri())
+    client.set_experiment_tag(bare, VIEW_TAG, json.dumps({"name": "x", "createdAt": 1, "state": "{}"}))
+    prepare_store(_uri(store), "view-old", project_dir=store)
+    assert _view(client, bare)["state"]["orderByKey"] == "metrics.`sharpe`"
+
+    before = client.get_experiment(bare).tags[VIEW_TAG]
+    prepare_store(_uri(store), "view-old", project_dir=store)
+    assert client.get_experiment(bare).tags[VIEW_TAG] == before  # not rewritten: same dates
+
+
 # -- links -----------------------------------------------------------------------------------------
 
 
@@ -103,7 +154,9 @@ def test_links_point_at_the_latest_sweep_and_its_runs(store: Path) -> None:
     assert (links.study.name, links.study.parent_run_id) == ("newer", parent)
     assert list(links.study.run_ids) == ids and list(links.study.run_names) == names
     eid = tracker.experiment_id
-    assert links.experiment_url == f"{BASE}/#/experiments/{eid}/runs?workflowType=machine_learning"
+    assert links.experiment_url == (
+        f"{BASE}/#/experiments/{eid}/runs?workflowType=machine_learning&viewStateShareKey=headline"
+    )
 
     compare = links.compare_url
     assert compare.startswith(f"{BASE}/#/compare-runs?runs=")
@@ -142,7 +195,9 @@ def test_url_formats_match_the_ui_routes() -> None:
     assert compare_url(BASE, ["r1"], ["3"]) == (
         f"{BASE}/#/compare-runs?runs=%5B%22r1%22%5D&experiments=%5B%223%22%5D&workflowType=machine_learning"
     )
-    assert experiment_url(BASE + "/", "3") == f"{BASE}/#/experiments/3/runs?workflowType=machine_learning"
+    assert experiment_url(BASE + "/", "3") == (
+        f"{BASE}/#/experiments/3/runs?workflowType=machine_learning&viewStateShareKey=headline"
+    )
 
 
 # -- the server's command line ---------------------------------------------------------------------
