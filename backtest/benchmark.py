@@ -384,8 +384,9 @@ def _uncovered(
 # The stylized facts of an index
 
 
-#: A day counts as a review when at least this many names enter the universe together (a delisted
-#: member's replacement enters alone).
+#: A day counts as a review when at least this many names enter the universe together, and at least 1%
+#: of its seats (3 of the CSI 300's): a delisted member's replacement enters alone, but in an index of
+#: thousands several members can delist on one day.
 REVIEW_MIN_ENTRANTS = 3
 #: A large day: an index move larger than this, either way.
 LARGE_DAY = 0.05
@@ -399,8 +400,9 @@ def stylized_facts(panel: pd.DataFrame) -> dict[str, float]:
     dict : ``annual_volatility``, ``excess_kurtosis`` (of daily returns), ``abs_autocorr_1``, ``_5``, ``_20``
         (the autocorrelation of the absolute daily return at 1, 5 and 20 days: volatility memory),
         ``max_drawdown``, ``large_day_share`` (the share of days moving more than :data:`LARGE_DAY`),
-        ``reviews`` (days on which :data:`REVIEW_MIN_ENTRANTS` or more names enter ``in_universe``) and the
-        names entering at each: ``review_changes_mean``, ``_min``, ``_max`` (NaN without a review).
+        ``reviews`` (days on which :data:`REVIEW_MIN_ENTRANTS` or more names, and 1% of the most members of a
+        day or more, enter ``in_universe``) and the names entering at each: ``review_changes_mean``, ``_min``,
+        ``_max`` (NaN without a review).
 
     >>> from backtest.data.synthetic import SyntheticMarketConfig, generate_market
     >>> facts = stylized_facts(generate_market(SyntheticMarketConfig(n_stocks=60, n_members=30, end="2019-12-31")))
@@ -411,7 +413,8 @@ def stylized_facts(panel: pd.DataFrame) -> dict[str, float]:
     moves = returns.abs()
     member = panel["in_universe"].unstack(fill_value=False).astype(bool).to_numpy()
     entered = (member[1:] & ~member[:-1]).sum(axis=1)
-    changes = entered[entered >= REVIEW_MIN_ENTRANTS]
+    seats = int(member.sum(axis=1).max()) if member.size else 0
+    changes = entered[entered >= max(REVIEW_MIN_ENTRANTS, seats // 100)]
     has = len(changes) > 0
     return {
         "annual_volatility": metrics.ann_vol(returns),

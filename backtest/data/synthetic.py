@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -94,6 +95,10 @@ INDUSTRIES: tuple[str, ...] = (
 
 STAR_OPENS = pd.Timestamp("2019-07-22")
 
+#: The most stocks a market may have: ChiNext's codes (300001-301999) and STAR's (688001-688998) hold
+#: their boards' shares of it (12% and 6%) with room to spare.
+MAX_STOCKS = 12_000
+
 
 @dataclass(frozen=True)
 class SyntheticMarketConfig:
@@ -121,6 +126,11 @@ class SyntheticMarketConfig:
     regime_mean_days: int = 240
 
     def __post_init__(self) -> None:
+        if not 0 < self.n_stocks <= MAX_STOCKS:
+            raise ConfigError(
+                f"synthetic market: n_stocks must be between 1 and {MAX_STOCKS:,} (the growth boards' code "
+                f"ranges hold their share of that many), got {self.n_stocks}. Fix: data.n_stocks={MAX_STOCKS} or fewer."
+            )
         if self.n_members >= self.n_stocks:
             raise ConfigError(
                 f"synthetic market: n_members ({self.n_members}) must be smaller than n_stocks "
@@ -185,7 +195,14 @@ def generate_market(config: SyntheticMarketConfig | None = None) -> pd.DataFrame
 
 
 def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
-    """Simulate the market and return the panel with its latent truth."""
+    """Simulate the market and return the panel with its latent truth.
+
+    Memory: the work is done on wide (date x code) float64 matrices, each the size of one panel column
+    plus the days a stock is not listed. A column is gathered into the panel's rows as soon as it is
+    final (:class:`_PanelColumns`) and every intermediate is dropped when its last use is done, so that
+    about a dozen wide matrices are held at once besides the panel and the truth (benchmarks/README.md,
+    bench_synthetic.py, measures it up to the ``data=synthetic_all`` market).
+    """
     cfg = config
     rng = np.random.default_rng(np.random.PCG64(cfg.seed))
     dates = exchange_calendar(cfg.start, cfg.end)
@@ -240,82 +257,62 @@ def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
         drift[lo : delist_idx[j] + 1, j] -= 0.003
     transient = cfg.reversal_strength * sigma[None, :] * _ar1(rng.standard_normal((T, N)), cfg.reversal_persistence)
 
-    vol_state = np.exp(_ar1(rng.standard_normal((T, N)), 0.98) * 0.25)  # slow per-stock vol regimes
-    vol_mult = np.sqrt(market_vol / market_vol.mean())[:, None] * vol_state
-    eps = rng.standard_t(4, (T, N)) / np.sqrt(2.0)
-    noise = sigma[None, :] * vol_mult * eps
-
-    r = (
-        beta[None, :] * market[:, None]
-        + industry[:, industry_idx]
-        + size_loading[None, :] * size[:, None]
-        + cfg.mf_strength * sigma[None, :] * np.vstack([np.zeros((1, N)), flow[:-1]])
-        + drift
-        + np.diff(transient, axis=0, prepend=0.0)
-        + noise
+    r = _daily_returns(
+        rng,
+        cfg,
+        beta,
+        market,
+        market_vol,
+        industry[:, industry_idx],
+        size_loading,
+        size,
+        sigma,
+        flow,
+        drift,
+        transient,
     )
-    # Convexity: offset the market-wide volatility drag so that prices do not drift down on average. The
-    # offset is the same for every stock, so a stock's median return, and with it the cross-sectional rank
-    # of its return, does not depend on its volatility (volatile stocks still have a slightly higher mean
-    # simple return, 0.5 * variance).
-    r += 0.5 * (market.var() + ((sigma[None, :] * vol_mult) ** 2).mean(axis=1, keepdims=True))
 
     # --- prices with limits, suspensions and carry-over --------------------------------------------
     close, ref, limit_hit_far = _price_path(r, price0, limit_pct, suspended)
+    del r
     alive, delist_idx = _delist_penny_stocks(close, alive, delist_idx)
     suspended &= alive
-    up_limit = tradability.board_limit_price(ref, limit_pct, +1)
-    down_limit = tradability.board_limit_price(ref, limit_pct, -1)
-
-    gap = 0.3 * np.log(close / ref) + rng.normal(0.0, 0.3, (T, N)) * sigma[None, :]
-    open_ = np.clip(_round2(ref * np.exp(gap)), down_limit, up_limit)
-    open_ = np.where(limit_hit_far | suspended, close, open_)  # locked limit: opens and stays there
-    wick = np.abs(rng.normal(0.0, 0.5, (2, T, N))) * sigma[None, None, :]
-    high = np.clip(_round2(np.maximum(open_, close) * np.exp(wick[0])), None, up_limit)
-    low = np.clip(_round2(np.minimum(open_, close) * np.exp(-wick[1])), down_limit, None)
-    flat = limit_hit_far | suspended  # a suspended day carries the last close as its whole bar
-    high = np.where(flat, close, np.maximum(high, np.maximum(open_, close)))
-    low = np.where(flat, close, np.minimum(low, np.minimum(open_, close)))
+    columns = _PanelColumns(alive)
+    vwap = _bars(rng, columns, close, ref, limit_hit_far, suspended, limit_pct, sigma)
+    del limit_pct, limit_hit_far
 
     # --- trading activity and money flow ------------------------------------------------------------
-    base_turnover = np.exp(rng.normal(np.log(0.012), 0.5, N))
-    abs_move = np.abs(np.log(close / ref)) / sigma[None, :]
-    turnover = base_turnover[None, :] * np.exp(0.35 * abs_move + 0.3 * _ar1(rng.standard_normal((T, N)), 0.9))
-    volume = np.round(turnover * (total_shares * float_frac)[None, :], -2)
-    vwap = (open_ + high + low + 2 * close) / 5
-    amount = np.round(volume * vwap, 0)
-    volume = np.where(suspended, 0.0, volume)
-    amount = np.where(suspended, 0.0, amount)
-
+    amount = _volume_and_amount(rng, columns, close, ref, vwap, suspended, sigma, total_shares * float_frac)
+    del vwap
     day_ret = np.log(close / ref) / sigma[None, :]
+    del ref
     main_net = 0.035 * (0.6 * flow + rng.standard_normal((T, N))) + 0.01 * day_ret
+    del day_ret
     small_net = -0.6 * main_net + 0.02 * rng.standard_normal((T, N))
-    moneyflow = _split_money_flow(rng, amount, main_net, small_net, log_mv0)
+    for name, values in _split_money_flow(rng, amount, main_net, small_net, log_mv0):
+        columns.put(name, values)
+    del main_net, small_net, values
 
     total_mv = close * total_shares[None, :]
-    float_mv = total_mv * float_frac[None, :]
+    columns.put("close", close)
+    del close
+    columns.put("float_mv", total_mv * float_frac[None, :])
     in_universe = _index_membership(dates, total_mv, amount, alive, suspended, list_idx, cfg.n_members)
+    columns.put("total_mv", total_mv)
+    columns.put("amount", amount)
+    del total_mv, amount
 
-    columns: dict[str, np.ndarray] = {
-        "open": open_,
-        "high": high,
-        "low": low,
-        "close": close,
-        "volume": volume,
-        "amount": amount,
-        "up_limit": up_limit,
-        "down_limit": down_limit,
-        "total_mv": total_mv,
-        "float_mv": float_mv,
-        **moneyflow,
-    }
-    rows, cols = np.nonzero(alive)  # row-major: sorted by date, then code
-    index = pd.MultiIndex.from_arrays([dates.astype("datetime64[ns]")[rows], codes[cols]], names=["date", "code"])
-    data = {name: values[rows, cols].astype("float64") for name, values in columns.items()}
-    data["industry"] = pd.Categorical.from_codes(industry_idx[cols], categories=industry_names)
-    data["in_universe"] = in_universe[rows, cols]
-    data["is_suspended"] = suspended[rows, cols]
-    panel = pd.DataFrame(data, index=index)
+    rows, cols = np.divmod(columns.cells, N)  # row-major: sorted by date, then code
+    panel = columns.frame(
+        pd.MultiIndex(
+            levels=[pd.DatetimeIndex(dates.astype("datetime64[ns]"), name="date"), pd.Index(codes, name="code")],
+            codes=[rows, cols],
+            names=["date", "code"],
+        )
+    )
+    panel["industry"] = pd.Categorical.from_codes(industry_idx[cols], categories=industry_names)
+    panel["in_universe"] = in_universe.ravel()[columns.cells]
+    panel["is_suspended"] = suspended.ravel()[columns.cells]
 
     truth = MarketTruth(
         dates=pd.DatetimeIndex(dates, name="date"),
@@ -333,6 +330,149 @@ def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
     )
     log.info("synthetic market: %d days x %d stocks, %d rows", T, N, len(panel))
     return SyntheticMarket(panel=panel, truth=truth)
+
+
+#: the panel's number columns, in their order (then ``industry``, ``in_universe``, ``is_suspended``)
+_NUMBER_COLUMNS: tuple[str, ...] = (
+    "open",
+    "high",
+    "low",
+    "close",
+    "volume",
+    "amount",
+    "up_limit",
+    "down_limit",
+    "total_mv",
+    "float_mv",
+    *MONEYFLOW_COLUMNS,
+)
+
+
+class _PanelColumns:
+    """The panel's number columns, filled one at a time from wide (date x code) matrices.
+
+    ``alive`` (date x code) marks the cells that are panel rows; ``cells`` holds their flat positions,
+    row-major (by date, then code). The columns share one float64 block, so that the finished frame is
+    made without copying them.
+    """
+
+    def __init__(self, alive: np.ndarray) -> None:
+        self.cells = np.flatnonzero(alive)
+        self.block = np.empty((len(_NUMBER_COLUMNS), len(self.cells)), dtype=np.float64)
+        self.filled: set[str] = set()
+
+    def put(self, name: str, wide: np.ndarray) -> None:
+        """Gather the panel rows of ``wide`` into column ``name``."""
+        np.take(np.ravel(wide), self.cells, out=self.block[_NUMBER_COLUMNS.index(name)])
+        self.filled.add(name)
+
+    def frame(self, index: pd.MultiIndex) -> pd.DataFrame:
+        """The columns as a DataFrame on ``index`` (one row per cell); every column must be filled."""
+        assert self.filled == set(_NUMBER_COLUMNS), sorted(set(_NUMBER_COLUMNS) - self.filled)
+        return pd.DataFrame(self.block.T, index=index, columns=list(_NUMBER_COLUMNS), copy=False)
+
+
+def _daily_returns(
+    rng: np.random.Generator,
+    cfg: SyntheticMarketConfig,
+    beta: np.ndarray,
+    market: np.ndarray,
+    market_vol: np.ndarray,
+    industry: np.ndarray,
+    size_loading: np.ndarray,
+    size: np.ndarray,
+    sigma: np.ndarray,
+    flow: np.ndarray,
+    drift: np.ndarray,
+    transient: np.ndarray,
+) -> np.ndarray:
+    """The daily log returns before price limits (the module docstring's sum), summed in place.
+
+    ``industry`` is each stock's industry return (date x code); the others are the factors, loadings
+    and planted states of :func:`simulate_market`.
+    """
+    T, N = flow.shape
+    vol_state = np.exp(_ar1(rng.standard_normal((T, N)), 0.98) * 0.25)  # slow per-stock vol regimes
+    vol_mult = np.sqrt(market_vol / market_vol.mean())[:, None] * vol_state
+    del vol_state
+    eps = rng.standard_t(4, (T, N)) / np.sqrt(2.0)
+    r = beta[None, :] * market[:, None]
+    r += industry
+    r += size_loading[None, :] * size[:, None]
+    r += cfg.mf_strength * sigma[None, :] * np.vstack([np.zeros((1, N)), flow[:-1]])
+    r += drift
+    r += np.diff(transient, axis=0, prepend=0.0)
+    scale = sigma[None, :] * vol_mult
+    del vol_mult
+    r += scale * eps
+    del eps
+    # Convexity: offset the market-wide volatility drag so that prices do not drift down on average. The
+    # offset is the same for every stock, so a stock's median return, and with it the cross-sectional rank
+    # of its return, does not depend on its volatility (volatile stocks still have a slightly higher mean
+    # simple return, 0.5 * variance).
+    r += 0.5 * (market.var() + (scale**2).mean(axis=1, keepdims=True))
+    return r
+
+
+def _bars(
+    rng: np.random.Generator,
+    columns: _PanelColumns,
+    close: np.ndarray,
+    ref: np.ndarray,
+    locked: np.ndarray,
+    suspended: np.ndarray,
+    limit_pct: np.ndarray,
+    sigma: np.ndarray,
+) -> np.ndarray:
+    """Open, high, low and the price limits around ``close`` (into ``columns``); returns the day's VWAP.
+
+    ``ref`` is the previous close, ``locked`` a day that opens and stays at its limit.
+    """
+    T, N = close.shape
+    up_limit = tradability.board_limit_price(ref, limit_pct, +1)
+    down_limit = tradability.board_limit_price(ref, limit_pct, -1)
+    gap = 0.3 * np.log(close / ref) + rng.normal(0.0, 0.3, (T, N)) * sigma[None, :]
+    open_ = np.clip(_round2(ref * np.exp(gap)), down_limit, up_limit)
+    del gap
+    flat = locked | suspended  # a suspended day carries the last close as its whole bar
+    open_ = np.where(flat, close, open_)  # locked limit: opens and stays there
+    wick = np.abs(rng.normal(0.0, 0.5, (2, T, N))) * sigma[None, None, :]
+    high = np.clip(_round2(np.maximum(open_, close) * np.exp(wick[0])), None, up_limit)
+    low = np.clip(_round2(np.minimum(open_, close) * np.exp(-wick[1])), down_limit, None)
+    del wick
+    columns.put("up_limit", up_limit)
+    columns.put("down_limit", down_limit)
+    del up_limit, down_limit
+    high = np.where(flat, close, np.maximum(high, np.maximum(open_, close)))
+    low = np.where(flat, close, np.minimum(low, np.minimum(open_, close)))
+    vwap = (open_ + high + low + 2 * close) / 5
+    for name, values in (("open", open_), ("high", high), ("low", low)):
+        columns.put(name, values)
+    return vwap
+
+
+def _volume_and_amount(
+    rng: np.random.Generator,
+    columns: _PanelColumns,
+    close: np.ndarray,
+    ref: np.ndarray,
+    vwap: np.ndarray,
+    suspended: np.ndarray,
+    sigma: np.ndarray,
+    float_shares: np.ndarray,
+) -> np.ndarray:
+    """Volume (into ``columns``) from a turnover that rises with the size of the day's move; returns the
+    amount traded (0 on suspended days)."""
+    T, N = close.shape
+    base_turnover = np.exp(rng.normal(np.log(0.012), 0.5, N))
+    abs_move = np.abs(np.log(close / ref)) / sigma[None, :]
+    turnover = base_turnover[None, :] * np.exp(0.35 * abs_move + 0.3 * _ar1(rng.standard_normal((T, N)), 0.9))
+    del abs_move
+    volume = np.round(turnover * float_shares[None, :], -2)
+    del turnover
+    amount = np.round(volume * vwap, 0)
+    columns.put("volume", np.where(suspended, 0.0, volume))
+    return np.where(suspended, 0.0, amount)
 
 
 # --- pieces ----------------------------------------------------------------------------------------
@@ -360,7 +500,9 @@ def _draw_codes(rng: np.random.Generator, n: int) -> np.ndarray:
         base, suffix = prefixes[b]
         k = int((boards == b).sum())
         span = {0: 3999, 1: 2999, 2: 1999, 3: 998}[b]  # 600000-603998, 000001-002999, 300001-301999, 688001-688998
-        numbers = base + np.sort(rng.choice(span, size=k, replace=False))
+        # A main board with more stocks than its range runs on (604xxx, 003xxx: still main board codes);
+        # the growth boards' ranges hold their share of MAX_STOCKS.
+        numbers = base + np.sort(rng.choice(max(span, k), size=k, replace=False))
         codes += [f"{num:06d}{suffix}" for num in numbers]
     return np.array(sorted(codes), dtype=object)
 
@@ -494,31 +636,34 @@ def _delist_penny_stocks(
 
 def _split_money_flow(
     rng: np.random.Generator, amount: np.ndarray, main_net: np.ndarray, small_net: np.ndarray, log_mv: np.ndarray
-) -> dict[str, np.ndarray]:
-    """Buy and sell amounts by order size (sm < 40k, md, lg, elg >= 1m CNY) from net inflow rates."""
+) -> Iterator[tuple[str, np.ndarray]]:
+    """Buy and sell amounts by order size (sm < 40k, md, lg, elg >= 1m CNY) from net inflow rates, one
+    ``(column, values)`` at a time (the columns of ``MONEYFLOW_COLUMNS``, the net inflow last)."""
     T, N = amount.shape
     big = (log_mv - log_mv.mean()) / log_mv.std()
     elg = np.clip(0.14 + 0.03 * big[None, :] + 0.02 * rng.standard_normal((T, N)), 0.03, 0.4)
     lg = np.clip(0.20 + 0.02 * rng.standard_normal((T, N)), 0.08, 0.35)
     md = np.clip(0.28 + 0.02 * rng.standard_normal((T, N)), 0.15, 0.4)
-    sm = 1.0 - elg - lg - md
-    nets = {
-        "elg": 0.6 * main_net,
-        "lg": 0.4 * main_net,
-        "sm": small_net,
-        "md": -(main_net + small_net) + 0.005 * rng.standard_normal((T, N)),
+    shares = {"sm": 1.0 - elg - lg - md, "md": md, "lg": lg, "elg": elg}
+    del elg, lg, md
+    md_net = -(main_net + small_net) + 0.005 * rng.standard_normal((T, N))
+    net_rates = {
+        "elg": lambda: 0.6 * main_net,
+        "lg": lambda: 0.4 * main_net,
+        "sm": lambda: small_net,
+        "md": lambda: md_net,
     }
-    shares = {"sm": sm, "md": md, "lg": lg, "elg": elg}
-    out: dict[str, np.ndarray] = {}
     net_total = np.zeros((T, N))
     for size_name in ("sm", "md", "lg", "elg"):
-        gross = 2.0 * amount * shares[size_name]  # every trade has a buyer and a seller
-        net = np.clip(nets[size_name] * amount, -0.9 * gross, 0.9 * gross)
-        out[f"buy_{size_name}_amount"] = np.round((gross + net) / 2, 0)
-        out[f"sell_{size_name}_amount"] = np.round((gross - net) / 2, 0)
-        net_total += out[f"buy_{size_name}_amount"] - out[f"sell_{size_name}_amount"]
-    out["net_mf_amount"] = net_total
-    return {name: out[name] for name in MONEYFLOW_COLUMNS}
+        gross = 2.0 * amount * shares.pop(size_name)  # every trade has a buyer and a seller
+        net = np.clip(net_rates[size_name]() * amount, -0.9 * gross, 0.9 * gross)
+        buy, sell = np.round((gross + net) / 2, 0), np.round((gross - net) / 2, 0)
+        del gross, net
+        net_total += buy - sell
+        yield f"buy_{size_name}_amount", buy
+        yield f"sell_{size_name}_amount", sell
+        del buy, sell
+    yield "net_mf_amount", net_total
 
 
 #: the review's buffer, as a fraction of the index size: non-members ranked within (1 - b) * n enter,

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 
 from backtest.benchmark import stylized_facts
+from backtest.cli.compose import DATA_KEYS_OF_THE_JOB
 from backtest.data import tradability
 from backtest.data.calendar import exchange_calendar, recorded_span
 from backtest.data.fingerprint import panel_fingerprint
 from backtest.data.panel import WideGrid
 from backtest.data.synthetic import (
+    MAX_STOCKS,
+    SyntheticMarket,
     SyntheticMarketConfig,
     planted_effect_strengths,
     simulate_market,
@@ -226,6 +231,95 @@ def test_regimes_alternate(default_market) -> None:
 def test_bad_synthetic_config_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="n_members"):
         SyntheticMarketConfig(n_stocks=100, n_members=100)
+    with pytest.raises(ConfigError, match=f"n_stocks must be between 1 and {MAX_STOCKS:,}"):
+        SyntheticMarketConfig(n_stocks=MAX_STOCKS + 1, n_members=5000)
+
+
+def test_the_default_market_keeps_its_bytes(default_market) -> None:
+    """The panel every recorded figure was measured on (benchmarks/README.md): how the generator works may
+    change (its memory, its order of work), what it makes may not."""
+    assert panel_fingerprint(default_market.panel) == "bc2d20fe1d9226b9"
+
+
+# --- the whole market (data=synthetic_all) ---------------------------------------------------------------
+
+
+def _data_option(compose_config, name: str) -> dict:
+    return OmegaConf.to_container(compose_config([f"data={name}"]).data, resolve=True)
+
+
+def _whole_market_config(compose_config) -> SyntheticMarketConfig:
+    node = _data_option(compose_config, "synthetic_all")
+    return SyntheticMarketConfig(**{k: v for k, v in node.items() if k not in ("_target_", *DATA_KEYS_OF_THE_JOB)})
+
+
+def test_the_whole_market_preset_is_the_default_process_at_5000_members(compose_config) -> None:
+    default, whole = _data_option(compose_config, "synthetic"), _data_option(compose_config, "synthetic_all")
+    assert {key for key in default | whole if default.get(key) != whole.get(key)} == {"n_stocks", "n_members"}
+    config = _whole_market_config(compose_config)  # the market's own checks accept it
+    assert config.n_members == 5000 and config.n_stocks <= MAX_STOCKS
+
+
+#: the whole market's preset with its stocks and seats divided by these (300 and 1,500 stocks), 2022-2025
+SCALE_DOWN = (25, 5)
+
+
+@pytest.fixture(scope="module")
+def scaled_markets(compose_config) -> dict[int, SyntheticMarket]:
+    whole = _whole_market_config(compose_config)
+    return {
+        k: simulate_market(
+            dataclasses.replace(whole, n_stocks=whole.n_stocks // k, n_members=whole.n_members // k, start="2022-01-01")
+        )
+        for k in SCALE_DOWN
+    }
+
+
+def _trading_life(market: SyntheticMarket) -> dict[str, float]:
+    """What should not depend on the market's size: the shares of stocks listing, delisting and on each
+    board, of rows suspended, and the names a review replaces per index seat."""
+    p = market.panel
+    seats = int(p["in_universe"].groupby(level="date").sum().max())
+    life = p.reset_index().groupby("code")["date"].agg(["min", "max"])
+    start, end = p.index.get_level_values("date").min(), p.index.get_level_values("date").max()
+    boards = pd.Series(tradability.board_of(life.index)).value_counts(normalize=True)
+    facts = stylized_facts(p)
+    return {
+        "listing": float((life["min"] > start).mean()),
+        "delisting": float((life["max"] < end).mean()),
+        "suspended": float(p["is_suspended"].mean()),
+        "chinext": float(boards["chinext"]),
+        "star": float(boards["star"]),
+        "review_changes_per_seat": facts["review_changes_mean"] / seats,
+        "review_changes_max_per_seat": facts["review_changes_max"] / seats,
+        "reviews": facts["reviews"],
+    }
+
+
+def test_trading_life_and_index_reviews_scale_with_the_market(scaled_markets, compose_config) -> None:
+    """Listings, delistings, suspensions and review turnover grow with the market: their shares are the
+    same at 300 and 1,500 stocks, to within the sampling spread of the smaller market, and the pool keeps
+    the index full every day at both sizes."""
+    seats = _whole_market_config(compose_config).n_members
+    for k, market in scaled_markets.items():
+        members = market.panel["in_universe"].groupby(level="date").sum()
+        assert members.min() == members.max() == seats // k  # every seat filled on every day
+    small, large = (_trading_life(scaled_markets[k]) for k in SCALE_DOWN)
+    assert small["reviews"] == large["reviews"] == 8  # June and December, 2022-2025
+    assert small["review_changes_max_per_seat"] <= 0.10 and large["review_changes_max_per_seat"] <= 0.10
+    # the tolerance: 3 standard deviations of the smaller market's share over seeds 1-12 (0.024, 0.014,
+    # 0.0012, 0.020, 0.012, 0.005)
+    tolerance = {
+        "listing": 0.075,
+        "delisting": 0.045,
+        "suspended": 0.004,
+        "chinext": 0.065,
+        "star": 0.04,
+        "review_changes_per_seat": 0.015,
+    }
+    for name, tol in tolerance.items():
+        assert abs(small[name] - large[name]) <= tol, (name, small[name], large[name])
+    assert 0.03 <= large["review_changes_per_seat"] <= 0.08
 
 
 def _fingerprint_value_by_value(panel: pd.DataFrame) -> str:
