@@ -50,7 +50,7 @@ from backtest.drift import fold_windows as windows_of_folds
 from backtest.engine import BacktestResult
 from backtest.errors import FeatureAuditError, LeakageError, StoreUnavailableError, TrackingError
 from backtest.provenance import Provenance
-from backtest.reports import DriftRun, RunEvidence, write_backtest_reports
+from backtest.reports import DriftRun, RunEvidence, write_backtest_reports, write_run_pages
 from backtest.reports.files import REPORT_FILES
 from backtest.reports.plots import plot_fold_metric
 from backtest.tracking import ARTIFACTS, STORE_ERRORS, TrackedRun, Tracker, fallback_uri, redact_uri
@@ -66,6 +66,7 @@ class ReportChoice:
     tearsheet: bool = True
     plots: bool = True
     drift_report: bool = True
+    pages: bool = True  # the signal and portfolio pages
 
 
 @dataclass(frozen=True)
@@ -252,6 +253,8 @@ def record_backtest(
         run.log_fold_metrics(result.fold_metrics)
     p = result.portfolio
     run.log_frame(result.scores.to_frame(), ARTIFACTS.predictions)
+    if result.forward_returns is not None:
+        run.log_frame(result.forward_returns, ARTIFACTS.forward_returns)
     run.log_frame(p.positions, ARTIFACTS.positions)
     daily = {"strategy": p.returns, "equal_weight": p.benchmark_returns}
     if result.index is not None:
@@ -287,6 +290,11 @@ def record_backtest(
             plots=reports.plots,
             drift_report=reports.drift_report,
         )
+        if reports.pages:
+            t0 = time.perf_counter()
+            horizon, forward = result.labels.horizon_days, result.forward_returns
+            write_run_pages(tmp, result.scores, forward, p, horizon=horizon, title=title, run_id=run.run_id)
+            result.timings["pages_s"] = time.perf_counter() - t0
         run.log_artifact(tmp, ARTIFACTS.reports)
         run.log_compare_images(compare_images(result, tmp if reports.plots else None, Path(tmp) / "compare"))
     tags = {

@@ -1,8 +1,13 @@
-"""Tables and labels as the report pages and charts print them (the drift report, the study report)."""
+"""Tables, numbers, labels and page parts as the report pages and charts print them (the tearsheet, the drift
+and study reports, the signal and portfolio pages)."""
 
 from __future__ import annotations
 
+import base64
 import html
+import math
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -60,3 +65,65 @@ def page_head(title: str, extra_style: str = "") -> str:
         f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{PAGE_STYLE}{extra_style}</style></head><body>"
     )
+
+
+def format_number(value: object, spec: str, missing: str = "") -> str:
+    """``value`` formatted with ``spec``; ``missing`` for None, NaN, an infinity or a value that is no number.
+
+    >>> format_number(0.01234, "+.2%"), format_number(float("nan"), ".4f"), format_number(None, ".2f", "-")
+    ('+1.23%', '', '-')
+    """
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return missing
+    return format(number, spec) if math.isfinite(number) else missing
+
+
+def embedded_png(png: bytes | Path, alt: str) -> str:
+    """An ``<img>`` that holds the PNG itself (base64): a page with its charts in one file, which MLflow's
+    artifact view shows whole.
+
+    >>> embedded_png(b"PNG", "IC & decay")
+    "<img alt='IC &amp; decay' src='data:image/png;base64,UE5H'>"
+    """
+    data = png if isinstance(png, bytes) else Path(png).read_bytes()
+    return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{base64.b64encode(data).decode('ascii')}'>"
+
+
+def html_table(frame: pd.DataFrame, *, index: bool = False) -> str:
+    """``frame`` as a page's HTML table: no border, floats as ``%.4g``, missing values blank (format a column
+    as text first to show it otherwise).
+
+    >>> html_table(pd.DataFrame({"x": [0.123456, None]})).count("<td>")
+    2
+    """
+    return frame.to_html(index=index, float_format=lambda x: f"{x:.4g}", border=0, na_rep="")
+
+
+@dataclass(frozen=True)
+class PageSection:
+    """One section of a report page: a heading, a note, a chart (PNG bytes) and a table (HTML), each optional."""
+
+    heading: str
+    note: str = ""
+    png: bytes | None = None
+    table: str = ""
+
+
+def render_page(title: str, header: str, sections: list[PageSection], extra_style: str = "") -> str:
+    """A self-contained report page: ``<h1>`` title, a header paragraph (HTML), then each section in order.
+
+    >>> page = render_page("Signal", "<b>IC</b>", [PageSection("Decay", "By horizon.", table="<table></table>")])
+    >>> "<h2>Decay</h2><p>By horizon.</p><table></table>" in page, page.endswith("</body></html>")
+    (True, True)
+    """
+    body = [page_head(title, extra_style), f"<h1>{html.escape(title)}</h1>", f"<p>{header}</p>"]
+    for section in sections:
+        body.append(f"<h2>{html.escape(section.heading)}</h2>")
+        if section.note:
+            body.append(f"<p>{html.escape(section.note)}</p>")
+        if section.png is not None:
+            body.append(embedded_png(section.png, section.heading))
+        body.append(section.table)
+    return "".join(body) + "</body></html>"

@@ -52,7 +52,7 @@ from backtest import metrics
 from backtest.baselines import baseline_verdicts, comparison_table
 from backtest.portfolio import DEFAULT_TOP_K
 from backtest.reports.returns import check_daily_returns
-from backtest.reports.tables import page_head
+from backtest.reports.tables import format_number, page_head
 from backtest.statistics import PERIODS_PER_YEAR
 
 logger = logging.getLogger(__name__)
@@ -212,11 +212,7 @@ def page_heading(title: str, dates: pd.DatetimeIndex) -> str:
 
 
 def _fmt(value: object, spec: str) -> str:
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return "-"
-    return format(number, spec) if math.isfinite(number) else "-"
+    return format_number(value, spec, "-")
 
 
 def robustness_html(

@@ -27,6 +27,9 @@ class RunArtifacts:
 
     config: str = "config/config.yaml"  # the resolved config, secrets redacted
     predictions: str = "data/predictions.parquet"  # score per (date, code) on the decision dates
+    # the predictions' rows: fwd_ret_<h>d at each horizon of backtest.labels.FORWARD_HORIZONS and the label's
+    # (open(t+1) to open(t+h)), with industry and market_cap where the panel has them (backtest.engine.forward_frame)
+    forward_returns: str = "data/forward_returns.parquet"
     positions: str = "data/positions.parquet"  # weights per (date, code)
     # columns strategy, equal_weight and baseline_<name> of each baseline (backtest.baselines); by date
     daily_returns: str = "data/daily_returns.parquet"
@@ -42,7 +45,7 @@ class RunArtifacts:
     feature_psi: str = "data/feature_psi.csv"
     leakage_records: str = "guards/leakage_records.json"  # one LeakageRecord per fold
     feature_audit: str = "guards/feature_audit.json"  # the look-ahead audit's verdict and offenders
-    reports: str = "reports"  # folder: tearsheet, plots, drift report
+    reports: str = "reports"  # folder: tearsheet, plots, drift report, signal and portfolio pages
     study_sweep: str = "study/sweep.json"  # a sweep's parent run: how the sweep was launched
 
     def report(self, name: str) -> str:
