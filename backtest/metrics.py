@@ -42,6 +42,7 @@ from backtest.statistics import (
     annualised_sharpe,
     dsr,
     hac_standard_error,
+    normal_interval,
     psr,
     returns_values,
     sharpe_ci,
@@ -848,8 +849,9 @@ class SignalAnalysis:
     rolling_days : the window of ``rolling_rank_ic`` (:data:`IC_ROLLING_DAYS`).
     rolling_rank_ic : the trailing ``rolling_days``-day mean of ``daily_rank_ic`` (NaN until the window is full).
     monthly_rank_ic : DataFrame year x month (1..12), the mean daily rank IC of each calendar month.
-    ic_decay : DataFrame by horizon: ``rank_ic_mean``, ``rank_ic_se`` (Newey-West, lags ``h - 1``), ``t``,
-        ``n_days``; its ``horizon`` row is the run's ``rank_ic_mean`` and ``rank_ic_se``.
+    ic_decay : DataFrame by horizon: ``rank_ic_mean``, ``rank_ic_se`` (Newey-West, lags ``h - 1``), its 95%
+        interval ``ci_low`` / ``ci_high`` (:func:`backtest.statistics.normal_interval`), ``t``, ``n_days``;
+        its ``horizon`` row is the run's ``rank_ic_mean`` and ``rank_ic_se``.
     quantile_mean : DataFrame quantile (1..n) x horizon: the mean over days of each quantile's daily mean
         forward return.
     quantile_wealth : DataFrame date x quantile: each quantile's daily mean forward return at the shortest
@@ -913,7 +915,15 @@ def signal_analysis(
         daily[h] = ic
         se = hac_standard_error(ic, newey_west_lags(h))
         mean = float(ic.mean())
-        decay[h] = {"rank_ic_mean": mean, "rank_ic_se": se, "t": mean / se if se > 0 else np.nan, "n_days": ic.count()}
+        low, high = normal_interval(mean, se)
+        decay[h] = {
+            "rank_ic_mean": mean,
+            "rank_ic_se": se,
+            "ci_low": float(low),
+            "ci_high": float(high),
+            "t": mean / se if se > 0 else np.nan,
+            "n_days": ic.count(),
+        }
     ic = daily[horizon]
     monthly = ic.groupby([ic.index.year, ic.index.month]).mean().unstack()
     monthly.index.name, monthly.columns.name = "year", "month"
@@ -999,7 +1009,8 @@ def rank_ic_by_group(scores: pd.Series, returns: pd.Series, groups: pd.Series, h
 
     Returns
     -------
-    DataFrame indexed by group, columns ``rank_ic_mean``, ``rank_ic_se``, ``n_days``, ``names``, sorted by
+    DataFrame indexed by group, columns ``rank_ic_mean``, ``rank_ic_se``, ``n_days``, ``names``, the 95%
+    interval ``ci_low`` / ``ci_high`` (:func:`backtest.statistics.normal_interval`), sorted by
     ``rank_ic_mean`` (highest first); a group-day with fewer than 2 names or a constant side has no rank IC,
     and a group without any day that has one no row.
     """
@@ -1023,6 +1034,7 @@ def rank_ic_by_group(scores: pd.Series, returns: pd.Series, groups: pd.Series, h
             "names": float(names.xs(group, level=1).mean()),
         }
     table = pd.DataFrame.from_dict(rows, orient="index").rename_axis("group")
+    table["ci_low"], table["ci_high"] = normal_interval(table["rank_ic_mean"], table["rank_ic_se"])
     return table.sort_values("rank_ic_mean", ascending=False, kind="stable")
 
 

@@ -6,11 +6,13 @@ the provenance and guard tags, at the paths of :data:`backtest.tracking.layout.A
     BacktestResult --record_backtest--> run: headline metrics (with the params ndcg_depth, the depth of
                                          ndcg, ic_lags, the Newey-West lags of rank_ic_se, and
                                          index_source, what the index_* metrics compare with),
-                                         per-fold metrics, predictions, positions, daily
+                                         per-fold metrics, predictions and their forward returns
+                                         (with industry and cap: what alphalens and Qlib read), positions, daily
                                          returns (equal weight, the index, the baselines'), the daily rank IC and
                                          NDCG (what a study pairs runs on), the best factor of each
                                          fold, periods, feature importance, per-fold feature
-                                         PSI, leakage records, feature audit, reports/, then the tags
+                                         PSI, leakage records, feature audit, reports/ (with the
+                                         signal and portfolio pages: write_run_pages), then the tags
                                          (comparable last)
                    --record_run-------> the same, with the run's provenance; if the store stopped
                                          answering, the whole run in the fallback store instead

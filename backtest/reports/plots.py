@@ -70,8 +70,12 @@ def save_png(figure: Figure, path: Path | str) -> Path:
     return path
 
 
-def png_bytes(figure: Figure) -> bytes:
-    """``figure`` as PNG bytes, for a page that embeds its charts (:func:`backtest.reports.tables.embedded_png`)."""
+def png_bytes(figure: Figure, *, dated: bool = False) -> bytes:
+    """``figure`` laid out (``tight_layout``; with ``dated``, the dates of its x axes slanted) as PNG bytes, for a
+    page that embeds its charts (:func:`backtest.reports.tables.embedded_png`)."""
+    if dated:
+        figure.autofmt_xdate()
+    figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     return buffer.getvalue()

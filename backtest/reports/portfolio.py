@@ -14,7 +14,6 @@ module draws and lays them out as one self-contained HTML file (charts embedded)
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +29,15 @@ from backtest.reports.plots import (
     new_figure,
     png_bytes,
 )
-from backtest.reports.tables import PageSection, date_label, format_number, html_table, render_page
-from backtest.reports.tearsheet import page_heading
+from backtest.reports.tables import (
+    PageSection,
+    date_label,
+    format_number,
+    html_table,
+    page_heading,
+    run_mention,
+    write_page,
+)
 
 #: Width (points) of the bars drawn at each rebalance (as lines: one artist for all of them, fast to draw).
 _BAR = 3.0
@@ -53,7 +59,7 @@ def write_portfolio_page(path: Path | str, analysis: BookAnalysis, *, title: str
     m = a.summary
     stats = a.rebalance_stats
     header = (
-        f"Run {html.escape(title)}{f' (MLflow {html.escape(run_id)})' if run_id else ''}: {m['rebalances']:.0f} "
+        f"{run_mention(title, run_id)}: {m['rebalances']:.0f} "
         f"rebalances over {m['return_days']:.0f} return days. Mean turnover a rebalance "
         f"{stats.loc['turnover', 'mean']:.1%}, "
         f"mean cost {stats.loc['cost', 'mean'] * 1e4:.1f} bp of the book; costs took <b>{m['cost_drag']:.2%}</b> a "
@@ -101,11 +107,7 @@ def write_portfolio_page(path: Path | str, analysis: BookAnalysis, *, title: str
                 _plot_size(a),
             )
         )
-    heading = page_heading(f"Portfolio: {title}", a.wealth.index) if len(a.wealth) else f"Portfolio: {title}"
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_page(heading, header, sections, "td:first-child{text-align:left}"), encoding="utf-8")
-    return path
+    return write_page(path, page_heading(f"Portfolio: {title}", a.wealth.index), header, sections)
 
 
 def _plot_equity(a: BookAnalysis) -> bytes:
@@ -124,9 +126,7 @@ def _plot_equity(a: BookAnalysis) -> bytes:
         axes.axhline(1.0, color="black", linewidth=0.6)
         axes.set_ylabel("wealth (1.0 at start), log scale")
         axes.legend(loc="upper left", fontsize="small")
-        figure.autofmt_xdate()
-        figure.tight_layout()
-        return png_bytes(figure)
+        return png_bytes(figure, dated=True)
 
 
 def _plot_turnover(a: BookAnalysis) -> bytes:
@@ -142,9 +142,7 @@ def _plot_turnover(a: BookAnalysis) -> bytes:
         bottom.set_ylim(bottom=0)
         bottom.set_ylabel("cost (bp of the book)")
         bottom.set_xlabel("decision date")
-        figure.autofmt_xdate()
-        figure.tight_layout()
-        return png_bytes(figure)
+        return png_bytes(figure, dated=True)
 
 
 def _plot_holdings(a: BookAnalysis) -> bytes:
@@ -169,9 +167,7 @@ def _plot_holdings(a: BookAnalysis) -> bytes:
         bottom.set_ylabel("names blocked")
         bottom.set_xlabel("decision date")
         bottom.legend(loc="upper left", fontsize="small", ncol=len(blocked.columns))
-        figure.autofmt_xdate()
-        figure.tight_layout()
-        return png_bytes(figure)
+        return png_bytes(figure, dated=True)
 
 
 def _plot_industry(a: BookAnalysis) -> bytes:
@@ -192,7 +188,6 @@ def _plot_industry(a: BookAnalysis) -> bytes:
         right.set_xticks(ticks, labels=[date_label(active.index[i]) for i in ticks], rotation=90)
         right.tick_params(length=0)
         figure.colorbar(image, ax=right, fraction=0.03, pad=0.02).set_label("active weight")
-        figure.tight_layout()
         return png_bytes(figure)
 
 
@@ -207,9 +202,7 @@ def _plot_size(a: BookAnalysis) -> bytes:
         axes.set_ylabel("size exposure (z of log cap)")
         axes.set_xlabel("decision date")
         axes.legend(loc="upper left", fontsize="small")
-        figure.autofmt_xdate()
-        figure.tight_layout()
-        return png_bytes(figure)
+        return png_bytes(figure, dated=True)
 
 
 def _rebalance_summary(a: BookAnalysis) -> pd.DataFrame:

@@ -19,13 +19,11 @@ A horizon ``h`` counts trading days from the decision day t to the exit, as the 
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 import matplotlib
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
 
 from backtest.metrics import SignalAnalysis
 from backtest.reports.plots import (
@@ -36,12 +34,7 @@ from backtest.reports.plots import (
     new_figure,
     png_bytes,
 )
-from backtest.reports.tables import PageSection, format_number, html_table, render_page
-from backtest.reports.tearsheet import page_heading
-from backtest.statistics import ALPHA
-
-#: Two-sided normal quantile of the intervals drawn (95%).
-_Z = float(norm.ppf(1.0 - ALPHA / 2.0))
+from backtest.reports.tables import PageSection, format_number, html_table, page_heading, run_mention, write_page
 
 
 def write_signal_page(path: Path | str, analysis: SignalAnalysis, *, title: str, run_id: str | None = None) -> Path:
@@ -60,12 +53,13 @@ def write_signal_page(path: Path | str, analysis: SignalAnalysis, *, title: str,
     spread = a.spread.loc[h]
     n = len(a.quantile_mean)
     header = (
-        f"Run {html.escape(title)}{f' (MLflow {html.escape(run_id)})' if run_id else ''}. Horizon h: trading days "
+        f"{run_mention(title, run_id)}. Horizon h: trading days "
         f"from the decision day t to the exit, the forward return running from the open of t+1 to the open of t+h "
-        f"(the label's is {h}). Rank IC at h = {h}: <b>{decay['rank_ic_mean']:+.4f}</b> &plusmn; "
-        f"{decay['rank_ic_se']:.4f} (Newey-West s.e.) over {decay['n_days']:.0f} days; top-minus-bottom decile "
-        f"spread {spread['mean']:+.3%} (t = {spread['t']:+.2f}); score rank autocorrelation at lag 1: "
-        f"{a.rank_autocorrelation.iloc[0]:.3f}."
+        f"(the label's is {h}). Rank IC at h = {h}: <b>{format_number(decay['rank_ic_mean'], '+.4f')}</b> &plusmn; "
+        f"{format_number(decay['rank_ic_se'], '.4f')} (Newey-West s.e.) over {decay['n_days']:.0f} days; "
+        f"top-minus-bottom quantile spread {format_number(spread['mean'], '+.3%')} (t = "
+        f"{format_number(spread['t'], '+.2f')}); score rank autocorrelation at lag {a.rank_autocorrelation.index[0]}: "
+        f"{format_number(a.rank_autocorrelation.iloc[0], '.3f')}."
     )
     sections = [
         PageSection(
@@ -84,10 +78,9 @@ def write_signal_page(path: Path | str, analysis: SignalAnalysis, *, title: str,
         ),
         PageSection(
             "Forward returns by score decile",
-            f"Left: mean forward return of each of the {n} score quantiles (1 = lowest scores), at h = {h}. Right: "
-            "each quantile "
-            f"held for one day (h = {min(a.quantile_mean.columns)}), equal weight, "
-            "no costs, compounded. Table: the mean of each decile's daily mean at every horizon.",
+            f"Left: mean forward return of each of the {n} score quantiles (1 = lowest scores) at h = {h}. Right: "
+            f"each quantile held for one day (h = {min(a.quantile_mean.columns)}), equal weight, no costs, "
+            "compounded. Table: the mean over days of each quantile's daily mean forward return, at every horizon.",
             _plot_quantiles(a),
             html_table(_quantile_display(a)),
         ),
@@ -100,7 +93,7 @@ def write_signal_page(path: Path | str, analysis: SignalAnalysis, *, title: str,
         ),
         PageSection(
             "Score rank autocorrelation",
-            "Mean daily correlation of the names' score ranks with their ranks that many scored days before "
+            "Mean daily correlation of the names' score ranks with their ranks that many trading days before "
             "(a high value at lag 1: a slow signal, little turnover from the scores themselves).",
             None,
             html_table(a.rank_autocorrelation.rename("rank autocorrelation").round(4).reset_index()),
@@ -116,12 +109,7 @@ def write_signal_page(path: Path | str, analysis: SignalAnalysis, *, title: str,
                 html_table(_group_display(a)),
             )
         )
-    dates = a.daily_rank_ic.index
-    heading = page_heading(f"Signal: {title}", dates) if len(dates) else f"Signal: {title}"
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_page(heading, header, sections, "td:first-child{text-align:left}"), encoding="utf-8")
-    return path
+    return write_page(path, page_heading(f"Signal: {title}", a.daily_rank_ic.index), header, sections)
 
 
 def _plot_daily_ic(a: SignalAnalysis) -> bytes:
@@ -137,9 +125,7 @@ def _plot_daily_ic(a: SignalAnalysis) -> bytes:
         axes.axhline(mean, color=BENCHMARK_COLOR, linestyle="--", linewidth=1.0, label=f"mean {mean:+.4f}")
         axes.set_ylabel(f"rank IC (h = {a.horizon})")
         axes.legend(loc="upper left", fontsize="small", ncol=3)
-        figure.autofmt_xdate()
-        figure.tight_layout()
-        return png_bytes(figure)
+        return png_bytes(figure, dated=True)
 
 
 def _plot_monthly(a: SignalAnalysis) -> bytes:
@@ -158,7 +144,6 @@ def _plot_monthly(a: SignalAnalysis) -> bytes:
         axes.set_yticks(range(len(table)), labels=[str(y) for y in table.index])
         axes.tick_params(length=0)
         figure.colorbar(image, ax=axes, fraction=0.03, pad=0.02).set_label("mean rank IC")
-        figure.tight_layout()
         return png_bytes(figure)
 
 
@@ -169,11 +154,10 @@ def _plot_decay(a: SignalAnalysis) -> bytes:
     with new_figure((6, 3.5)) as figure:
         axes = figure.add_subplot()
         colors = [STRATEGY_COLOR if v >= 0 else NEGATIVE_COLOR for v in np.nan_to_num(values)]
-        axes.bar(labels, np.nan_to_num(values), color=colors, yerr=_Z * decay["rank_ic_se"].to_numpy(), capsize=4)
+        axes.bar(labels, np.nan_to_num(values), color=colors, yerr=_errors(decay), capsize=4)
         axes.axhline(0.0, color="black", linewidth=0.6)
         axes.set_xlabel("horizon h (trading days to the exit)")
         axes.set_ylabel("mean rank IC")
-        figure.tight_layout()
         return png_bytes(figure)
 
 
@@ -201,9 +185,7 @@ def _plot_quantiles(a: SignalAnalysis) -> bytes:
         right.axhline(1.0, color="black", linewidth=0.6)
         right.set_ylabel("wealth, each decile held one day")
         right.legend(title="decile", loc="upper left", fontsize="small")
-        figure.autofmt_xdate()
-        figure.tight_layout()
-        return png_bytes(figure)
+        return png_bytes(figure, dated=True)
 
 
 def _plot_by_group(a: SignalAnalysis) -> bytes:
@@ -216,14 +198,19 @@ def _plot_by_group(a: SignalAnalysis) -> bytes:
             [str(g) for g in table.index],
             np.nan_to_num(values),
             color=colors,
-            xerr=_Z * table["rank_ic_se"].to_numpy(),
+            xerr=_errors(table),
             capsize=2,
         )
         axes.axvline(0.0, color="black", linewidth=0.6)
         axes.set_xlabel(f"mean rank IC within the industry (h = {a.horizon})")
         axes.tick_params(axis="y", labelsize=7)
-        figure.tight_layout()
         return png_bytes(figure)
+
+
+def _errors(table: pd.DataFrame) -> np.ndarray:
+    """Error bars (2, rows) of a table's ``rank_ic_mean`` from its ``ci_low`` / ``ci_high``."""
+    mean = table["rank_ic_mean"].to_numpy(np.float64)
+    return np.nan_to_num(np.vstack([mean - table["ci_low"].to_numpy(), table["ci_high"].to_numpy() - mean]))
 
 
 def _decay_display(a: SignalAnalysis) -> pd.DataFrame:

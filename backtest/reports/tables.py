@@ -80,6 +80,24 @@ def format_number(value: object, spec: str, missing: str = "") -> str:
     return format(number, spec) if math.isfinite(number) else missing
 
 
+def page_heading(title: str, dates: pd.DatetimeIndex) -> str:
+    """``<title>: test <first>..<last>`` for a run's page title and heading; ``title`` alone without dates.
+
+    >>> page_heading("lambdarank-all", pd.DatetimeIndex(["2024-01-02", "2025-12-31"]))
+    'lambdarank-all: test 2024-01-02..2025-12-31'
+    """
+    return f"{title}: test {dates[0]:%Y-%m-%d}..{dates[-1]:%Y-%m-%d}" if len(dates) else title
+
+
+def run_mention(title: str, run_id: str | None) -> str:
+    """``Run <title> (MLflow <id>)``, escaped for a page.
+
+    >>> run_mention("a<b", "0f3"), run_mention("a", None)
+    ('Run a&lt;b (MLflow 0f3)', 'Run a')
+    """
+    return f"Run {html.escape(title)}" + (f" (MLflow {html.escape(run_id)})" if run_id else "")
+
+
 def embedded_png(png: bytes | Path, alt: str) -> str:
     """An ``<img>`` that holds the PNG itself (base64): a page with its charts in one file, which MLflow's
     artifact view shows whole.
@@ -109,6 +127,15 @@ class PageSection:
     note: str = ""
     png: bytes | None = None
     table: str = ""
+
+
+def write_page(path: Path | str, title: str, header: str, sections: list[PageSection]) -> Path:
+    """Write a run's page (:func:`render_page`, first column of its tables left-aligned) at ``path`` (its folder
+    is created); returns ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_page(title, header, sections, "td:first-child{text-align:left}"), encoding="utf-8")
+    return path
 
 
 def render_page(title: str, header: str, sections: list[PageSection], extra_style: str = "") -> str:

@@ -3,14 +3,16 @@
 A backtest run (``run_kind=backtest``) holds every path below except ``study_sweep``; a sweep's parent
 run (``run_kind=sweep``) holds ``study_sweep`` and, at its root, the study report
 (:data:`backtest.reports.files.STUDY_REPORT_FILES`). ``reports`` is a folder written by
-:func:`backtest.reports.write_backtest_reports` (its file names are in :data:`backtest.reports.REPORT_FILES`).
+:func:`backtest.reports.write_backtest_reports` and :func:`backtest.reports.write_run_pages` (its file names are
+in :data:`backtest.reports.REPORT_FILES`). ``predictions`` and ``forward_returns`` are what other tools read
+(:mod:`backtest.reports.export`: alphalens' ``factor_data``, Qlib's ``pred`` and ``label``).
 
 Examples
 --------
 >>> ARTIFACTS.daily_returns
 'data/daily_returns.parquet'
->>> ARTIFACTS.report("tearsheet")
-'reports/tearsheet.html'
+>>> ARTIFACTS.report("tearsheet"), ARTIFACTS.report("signal")
+('reports/tearsheet.html', 'reports/signal.html')
 """
 
 from __future__ import annotations

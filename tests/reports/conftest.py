@@ -1,5 +1,5 @@
-"""A small backtest recorded in a fresh SQLite store, with its signal and portfolio pages, for the tests of
-the pages and of the exports that read its artifacts."""
+"""A small backtest recorded in a fresh SQLite store, with its drift report and its signal and portfolio pages,
+for the tests of the pages, of the exports that read its artifacts and of the report command."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ class RecordedRun:
 
 @pytest.fixture(scope="session")
 def recorded_run(tiny_panel, tmp_path_factory) -> RecordedRun:
-    """The small backtest (``tests/small_backtest.py``) recorded with its pages (no tearsheet, plots or drift
-    report: they are tested elsewhere), its label in the config as the CLI logs it."""
+    """The small backtest (``tests/small_backtest.py``) recorded with its drift report and pages (no tearsheet
+    or plots: they are tested elsewhere), its label in the config as the CLI logs it."""
     label = LabelSpec()
     result = run_backtest(
         plan_backtest(tiny_panel, label=label, schedule=RollingSchedule(**SCHEDULE), portfolio=PortfolioSpec()),
@@ -54,6 +54,6 @@ def recorded_run(tiny_panel, tmp_path_factory) -> RecordedRun:
             result,
             provenance=provenance,
             title="lambdarank-small",
-            reports=ReportChoice(tearsheet=False, plots=False, drift_report=False),
+            reports=ReportChoice(tearsheet=False, plots=False),
         )
     return RecordedRun(result, run.run_id, tracker, Path(unquote(urlparse(run.artifact_uri).path)))
