@@ -211,7 +211,14 @@ def index_returns(panel: pd.DataFrame, alignment: Alignment = "open") -> IndexRe
     lag = 1 if alignment == "open" else 0  # the formation row of return row d is d - lag
     rows = np.arange(lag, len(grid.dates) - 1)
     member = eligible(panel, grid)[rows - lag]  # (days, N)
-    caps, source = _caps(panel, grid)
+    caps, source = market_caps(panel, grid)
+    if source == "equal":
+        logger.warning(
+            "the panel has neither float_mv nor total_mv: the index benchmark weights the universe's members "
+            "equally, rebalanced daily"
+        )
+    elif source == "total_mv":
+        logger.warning("the panel has no float_mv: the index benchmark is weighted by total_mv")
     if caps is None:
         weights = member.astype(np.float64)
     else:
@@ -248,17 +255,13 @@ _DESCRIPTIONS = {
 }
 
 
-def _caps(panel: pd.DataFrame, grid: WideGrid) -> tuple[np.ndarray | None, str]:
-    """(T, N) caps, ``float_mv`` else ``total_mv`` per cell, carried forward; None without either column."""
+def market_caps(panel: pd.DataFrame, grid: WideGrid) -> tuple[np.ndarray | None, str]:
+    """(T, N) market caps on ``grid``: ``float_mv``, else ``total_mv`` per cell, carried forward; and which
+    column led (``float_mv`` / ``total_mv``), or ``(None, "equal")`` without either column. The index
+    benchmark's weights and the size exposure of a run's book (its ``market_cap``) both read them."""
     have = [c for c in ("float_mv", "total_mv") if c in panel.columns and panel[c].notna().any()]
     if not have:
-        logger.warning(
-            "the panel has neither float_mv nor total_mv: the index benchmark weights the universe's members "
-            "equally, rebalanced daily"
-        )
         return None, "equal"
-    if have[0] == "total_mv":
-        logger.warning("the panel has no float_mv: the index benchmark is weighted by total_mv")
     caps = np.full(grid.shape, np.nan)
     for column in reversed(have):  # float_mv written last wins where it is positive
         cap = grid.to_wide(panel[column].to_numpy(np.float64), dtype=np.float64)

@@ -9,6 +9,7 @@
           --ranker.fit / predict-------> scores (date, code) on each fold's decision dates
           --simulate-------------------> daily strategy / equal-weight returns
           --benchmark_index------------> the index's on the same days (planned first)
+          --forward_frame--------------> forward returns of the scored rows at several horizons, industry, cap
           --headline_metrics-----------> the contract metric keys
 
 Folds run in time order in this process when the ranker is stateful (warm start), otherwise through
@@ -41,17 +42,18 @@ import numpy as np
 import pandas as pd
 
 from backtest.baselines import Baselines, run_baselines
-from backtest.benchmark import IndexReturns, SuppliedIndex, benchmark_index
+from backtest.benchmark import IndexReturns, SuppliedIndex, benchmark_index, market_caps
 from backtest.cache import cache_paths
 from backtest.checkpoints import Checkpoints, FoldOutcome, run_key
 from backtest.code_fingerprint import code_fingerprint
+from backtest.data.panel import WideGrid
 from backtest.errors import ConfigError, FeatureAuditError, InsufficientHistoryError, preview
 from backtest.features.audit import AuditReport, audit_features, choose_cutoffs
 from backtest.features.build import FeatureMatrix, build_features
 from backtest.features.cache import load_or_build_features
 from backtest.features.registry import FeatureRegistry
 from backtest.features.sets import FeatureSetSpec, select_by_gain
-from backtest.labels import Labels, LabelSpec, make_labels
+from backtest.labels import Labels, LabelSpec, forward_horizons, forward_returns, make_labels
 from backtest.leakage import GuardStatus, LeakageRecord, fold_rows, leak_guard_status, not_comparable_reasons
 from backtest.metrics import daily_ic, daily_ranking_quality, headline_metrics, ndcg_at_k, rank_ic_mean
 from backtest.portfolio import PortfolioResult, PortfolioSpec, check_universe, return_days, simulate
@@ -215,6 +217,9 @@ class BacktestResult:
     #: the index benchmark on the strategy's return days (:func:`backtest.benchmark.benchmark_index`), behind
     #: the ``index_*`` metrics
     index: IndexReturns | None = None
+    #: the scored rows' forward returns at every horizon with their ``industry`` and ``market_cap`` of the day
+    #: (:func:`forward_frame`): what the signal and portfolio pages and other tools read
+    forward_returns: pd.DataFrame | None = None
 
     @property
     def not_comparable(self) -> tuple[str, ...]:
@@ -435,6 +440,10 @@ def run_backtest(
     timings["portfolio_s"] = time.perf_counter() - t0
     raise_if_stopped()
 
+    t0 = time.perf_counter()
+    forward = forward_frame(panel, labels.spec, scores.index)
+    timings["forward_returns_s"] = time.perf_counter() - t0
+
     fwd = labels.fwd_return.reindex(scores.index)
     rel = labels.target.reindex(scores.index)
     ic_lags = labels.ic_lags
@@ -498,7 +507,24 @@ def run_backtest(
         daily_ranking=daily_ranking,
         ic_lags=ic_lags,
         index=index,
+        forward_returns=forward,
     )
+
+
+def forward_frame(panel: pd.DataFrame, spec: LabelSpec, index: pd.MultiIndex) -> pd.DataFrame:
+    """The rows ``index`` (the scored rows) with their forward returns at every horizon
+    (:func:`backtest.labels.forward_returns` at :func:`backtest.labels.forward_horizons`; the label's own
+    horizon is the label), and, where the panel has them, the stock's ``industry`` and ``market_cap``
+    (:func:`backtest.benchmark.market_caps`) on the day.
+    """
+    frame = forward_returns(panel, spec, forward_horizons(spec), index)
+    if "industry" in panel.columns:
+        frame["industry"] = panel["industry"].reindex(index)
+    grid = WideGrid.of(panel)
+    caps, _ = market_caps(panel, grid)
+    if caps is not None:
+        frame["market_cap"] = grid.at(caps, index)
+    return frame
 
 
 # --- folds ------------------------------------------------------------------------------------------

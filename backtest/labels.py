@@ -203,7 +203,7 @@ class Labels:
     def ic_lags(self) -> int:
         """Newey-West lags of a daily IC series: consecutive days' labels overlap for ``horizon_days - 1``
         days, so their ICs are correlated that far (the rank IC's s.e. and the study's paired differences)."""
-        return self.spec.horizon_days - 1
+        return newey_west_lags(self.spec.horizon_days)
 
     @property
     def index(self) -> pd.MultiIndex:
@@ -273,35 +273,16 @@ def make_labels(panel: pd.DataFrame, spec: LabelSpec | None = None, *, max_exclu
             f"the panel has {n_dates} ({_span(grid.dates)}). Load more history or lower label.exit_offset."
         )
 
-    price = grid.to_wide(adjusted_price(panel, spec.price_field), dtype=np.float64)
-    trading = tradability.trading(panel, grid, price)
-    eligible = tradability.eligible(panel, grid)
-
-    n_eligible = int(eligible.sum())
-    if n_eligible == 0:
+    market = _LabelMarket.of(panel, spec, grid)
+    if not market.eligible.any():
         raise DataContractError(
             f"No eligible sample to label: in_universe is False on every row of the panel "
             f"({len(panel)} rows, {_span(grid.dates)}). Check the membership data."
         )
-
-    has_window = np.zeros(n_dates, dtype=bool)
-    has_window[: n_dates - spec.exit_offset] = True
-    entry_ok = _lead(trading, spec.entry_offset, fill=False)
-    exit_ok = _lead(trading, spec.exit_offset, fill=False)
-
-    windowed = eligible & has_window[:, None]
-    excluded_masks = {
-        "end_of_data": eligible & ~has_window[:, None],
-        "not_trading_at_entry": windowed & ~entry_ok,
-        "not_trading_at_exit": windowed & entry_ok & ~exit_ok,
-    }
-    keep = windowed & entry_ok & exit_ok
-    excluded = {reason: int(mask.sum()) for reason, mask in excluded_masks.items()}
-    _check_exclusion(excluded_masks, windowed, max_excluded_fraction, grid)
-
-    entry_price = _lead(price, spec.entry_offset, fill=np.nan)
-    exit_price = _lead(price, spec.exit_offset, fill=np.nan)
-    fwd = np.where(keep, exit_price / np.where(keep, entry_price, 1.0) - 1.0, np.nan)
+    window = market.window(spec.exit_offset)
+    excluded = {reason: int(mask.sum()) for reason, mask in window.excluded.items()}
+    _check_exclusion(window.excluded, window.windowed, max_excluded_fraction, grid)
+    fwd, keep = window.fwd_return, window.keep
     target = cross_sectional_target(fwd, spec.processing, spec.n_bins)
 
     rows, cols = np.nonzero(keep)  # row-major: sorted by date, then code
@@ -325,6 +306,142 @@ def make_labels(panel: pd.DataFrame, spec: LabelSpec | None = None, *, max_exclu
         ", ".join(f"{k}={v}" for k, v in excluded.items()),
     )
     return labels
+
+
+#: Horizons of the forward returns a run stores beside its predictions (``data/forward_returns.parquet``) and
+#: of its signal page's IC decay, counted as the label's ``exit_offset`` is: trading days from the decision day
+#: to the exit open, the day the return becomes known. With the entry at the open of t+1, horizon 2 is the
+#: shortest (one day held: open(t+1) to open(t+2)); horizon 1 would be an empty window. The run's own label
+#: horizon is always added (:func:`forward_horizons`).
+FORWARD_HORIZONS: tuple[int, ...] = (2, 5, 10, 20)
+
+
+def forward_return_column(horizon: int) -> str:
+    """The column of the forward return at ``horizon`` (trading days from the decision day to the exit).
+
+    >>> forward_return_column(5)
+    'fwd_ret_5d'
+    """
+    return f"fwd_ret_{int(horizon)}d"
+
+
+def newey_west_lags(horizon: int) -> int:
+    """Newey-West lags of a daily IC (or spread) series against returns of ``horizon`` days: consecutive
+    days' windows overlap for ``horizon - 1`` days, so their values are correlated that far.
+
+    >>> newey_west_lags(5)
+    4
+    """
+    return int(horizon) - 1
+
+
+def forward_horizons(spec: LabelSpec, horizons: tuple[int, ...] = FORWARD_HORIZONS) -> tuple[int, ...]:
+    """``horizons`` with the label's own (``spec.exit_offset``), sorted, without those that would hold
+    nothing (at or before the entry day).
+
+    >>> forward_horizons(LabelSpec()), forward_horizons(LabelSpec(entry_offset=2, exit_offset=8))
+    ((2, 5, 10, 20), (5, 8, 10, 20))
+    """
+    return tuple(sorted({int(h) for h in horizons if h > spec.entry_offset} | {spec.exit_offset}))
+
+
+def forward_returns(
+    panel: pd.DataFrame, spec: LabelSpec, horizons: tuple[int, ...], index: pd.MultiIndex | None = None
+) -> pd.DataFrame:
+    """Forward returns of several horizons, each by the label's own rule: the return of ``spec`` with
+    ``exit_offset = h`` (same price, entry day and suspension rule; the module docstring), so the column of the
+    label's horizon is ``Labels.fwd_return`` exactly.
+
+    Parameters
+    ----------
+    panel : the canonical panel, indexed by (date, code), sorted and unique (as :func:`make_labels` takes it).
+    spec : the label spec; its ``exit_offset`` is replaced by each horizon.
+    horizons : exit offsets, each greater than ``spec.entry_offset`` (:func:`forward_horizons`).
+    index : the (date, code) rows wanted (e.g. the scored rows); None: every eligible sample.
+
+    Returns
+    -------
+    DataFrame indexed by ``index`` (or the eligible samples), one float64 column per horizon
+    (:func:`forward_return_column`); NaN where that horizon's label would be excluded (beyond the panel's
+    end, not trading at entry or exit) or where a row is not a panel row.
+
+    Raises
+    ------
+    ConfigError : a horizon at or before the entry day.
+
+    Examples
+    --------
+    >>> dates = pd.DatetimeIndex(["2024-01-02", "2024-01-03", "2024-01-04", "2024-01-05"], name="date")
+    >>> panel = pd.DataFrame({"open": [10.0, 11.0, 12.0, 15.0], "close": [10.0, 11.0, 12.0, 15.0]},
+    ...                      index=pd.MultiIndex.from_product([dates, ["A"]], names=["date", "code"]))
+    >>> forward_returns(panel, LabelSpec(), (2, 3)).round(4)  # doctest: +NORMALIZE_WHITESPACE
+                     fwd_ret_2d  fwd_ret_3d
+    date       code
+    2024-01-02 A         0.0909      0.3636
+    2024-01-03 A         0.2500         NaN
+    2024-01-04 A            NaN         NaN
+    2024-01-05 A            NaN         NaN
+    """
+    bad = [h for h in horizons if h <= spec.entry_offset]
+    if bad:
+        raise ConfigError(
+            f"forward return horizons must come after the entry day (t+{spec.entry_offset}); received {bad}. "
+            f"Fix: use horizons above {spec.entry_offset} (forward_horizons(spec) drops the others)."
+        )
+    spec = _resolve_price_field(panel, spec)
+    grid = WideGrid.of(panel)
+    market = _LabelMarket.of(panel, spec, grid)
+    if index is None:
+        rows, cols = np.nonzero(market.eligible)
+        index = pd.MultiIndex.from_arrays([grid.dates[rows], grid.codes[cols]], names=list(INDEX_NAMES))
+    columns = {forward_return_column(h): grid.at(market.window(h).fwd_return, index) for h in horizons}
+    return pd.DataFrame(columns, index=index)
+
+
+@dataclass(frozen=True)
+class _Window:
+    """One label window (entry to ``exit_offset``) on the (date x code) grid: which samples keep a label,
+    which are excluded and why, and the forward returns (NaN outside ``keep``)."""
+
+    fwd_return: np.ndarray
+    keep: np.ndarray
+    windowed: np.ndarray
+    excluded: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class _LabelMarket:
+    """What every label window of one spec reads: the adjusted price, who trades and who is eligible,
+    (date x code)."""
+
+    spec: LabelSpec
+    price: np.ndarray
+    trading: np.ndarray
+    eligible: np.ndarray
+
+    @classmethod
+    def of(cls, panel: pd.DataFrame, spec: LabelSpec, grid: WideGrid) -> _LabelMarket:
+        price = grid.to_wide(adjusted_price(panel, spec.price_field), dtype=np.float64)
+        return cls(spec, price, tradability.trading(panel, grid, price), tradability.eligible(panel, grid))
+
+    def window(self, exit_offset: int) -> _Window:
+        """The label window from ``spec.entry_offset`` to ``exit_offset`` (the module docstring's rule)."""
+        n_dates = self.price.shape[0]
+        has_window = np.zeros(n_dates, dtype=bool)
+        has_window[: max(n_dates - exit_offset, 0)] = True
+        entry_ok = _lead(self.trading, self.spec.entry_offset, fill=False)
+        exit_ok = _lead(self.trading, exit_offset, fill=False)
+        windowed = self.eligible & has_window[:, None]
+        excluded = {
+            "end_of_data": self.eligible & ~has_window[:, None],
+            "not_trading_at_entry": windowed & ~entry_ok,
+            "not_trading_at_exit": windowed & entry_ok & ~exit_ok,
+        }
+        keep = windowed & entry_ok & exit_ok
+        entry_price = _lead(self.price, self.spec.entry_offset, fill=np.nan)
+        exit_price = _lead(self.price, exit_offset, fill=np.nan)
+        fwd = np.where(keep, exit_price / np.where(keep, entry_price, 1.0) - 1.0, np.nan)
+        return _Window(fwd, keep, windowed, excluded)
 
 
 def cross_sectional_target(fwd_return: np.ndarray, processing: str, n_bins: int = 10) -> np.ndarray:

@@ -29,18 +29,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from backtest.errors import ConfigError, DataContractError, preview
-from backtest.portfolio import DEFAULT_TOP_K
+from backtest.portfolio import DEFAULT_TOP_K, PortfolioResult
 from backtest.statistics import (
     DEFAULT_BLOCK_LENGTH,
     PERIODS_PER_YEAR,
     annualised_sharpe,
     dsr,
     hac_standard_error,
+    normal_interval,
     psr,
     returns_values,
     sharpe_ci,
@@ -736,3 +738,509 @@ def headline_metrics(
     out.update(index_metrics(strategy, index))
     assert set(out) == set(HEADLINE_KEYS), set(out) ^ set(HEADLINE_KEYS)
     return {key: out[key] for key in HEADLINE_KEYS}
+
+
+# --------------------------------------------------------------------------------------------------
+# The signal: rank IC over time and horizons, score quantiles, rank autocorrelation, IC by group
+#
+# ``forward`` frames are indexed by (date, code) like the scores and hold one forward return per horizon in
+# the columns ``fwd_ret_<h>d`` (:func:`backtest.labels.forward_returns`: open(t+1) to open(t+h), the label's
+# rule; the run's ``data/forward_returns.parquet``).
+
+#: Trailing window (trading days) of the rolling mean of the daily rank IC: about a month.
+IC_ROLLING_DAYS = 21
+#: Score quantiles of the signal page and of the alphalens export: deciles.
+SCORE_QUANTILES = 10
+#: Lags (scored days) of the score rank autocorrelation.
+AUTOCORRELATION_LAGS: tuple[int, ...] = (1, 5, 10, 20)
+
+
+def score_quantiles(scores: pd.Series, n: int = SCORE_QUANTILES) -> pd.Series:
+    """Each day's score quantile, 1 (lowest scores) to ``n``, as ``pandas.qcut(day, n, labels=False) + 1``
+    assigns it (alphalens' ``factor_quantile``): the edges are the day's linear-interpolated quantiles, a
+    score goes to the first bin whose upper edge it does not exceed, and a day whose edges repeat (ties
+    spanning a whole quantile, fewer than two scores) has no quantiles (NaN).
+
+    Parameters
+    ----------
+    scores : Series indexed by (date, code), unique; NaN scores get no quantile.
+    n : number of quantiles (>= 2).
+
+    Returns
+    -------
+    float64 Series on ``scores``' index.
+
+    >>> idx = pd.MultiIndex.from_product([pd.to_datetime(["2024-01-02"]), list("abcdef")], names=["date", "code"])
+    >>> score_quantiles(pd.Series([0.6, 0.1, 0.5, 0.2, 0.4, 0.3], index=idx), 3).tolist()
+    [3.0, 1.0, 3.0, 1.0, 2.0, 2.0]
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
+        raise ConfigError(f"score quantiles: expected an integer n >= 2, received {n!r}.")
+    wide, rows, cols = _wide(scores)
+    qs = np.linspace(0.0, 1.0, n + 1)
+    np.putmask(qs, n * qs != np.arange(n + 1), np.nextafter(qs, 1.0))  # pandas.qcut's quantile levels
+    finite = np.isfinite(wide)
+    days = finite.any(axis=1)
+    edges = np.full((len(wide), n + 1), np.nan)
+    edges[days] = np.nanquantile(wide[days], qs, axis=1, method="linear").T
+    bins = (wide[:, :, None] > edges[:, None, :]).sum(axis=2).astype(np.float64)  # searchsorted, side="left"
+    bins[wide == edges[:, :1]] = 1.0  # the lowest score belongs to the first bin
+    repeated = ~(np.diff(edges, axis=1) > 0).all(axis=1)
+    bins[repeated[:, None] | ~finite] = np.nan
+    return pd.Series(bins[rows, cols], index=scores.index, name="quantile")
+
+
+def _wide(series: pd.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A (date, code) Series as a float64 (date x code) matrix, with the cell of each of its rows."""
+    if not isinstance(series, pd.Series) or series.index.nlevels != 2:
+        raise DataContractError(
+            f"expected a Series indexed by (date, code); received {type(series).__name__} with "
+            f"{getattr(getattr(series, 'index', None), 'nlevels', '?')} index level(s)."
+        )
+    rows, dates = pd.factorize(series.index.get_level_values(0), sort=True)
+    cols, codes = pd.factorize(series.index.get_level_values(1), sort=True)
+    wide = np.full((len(dates), len(codes)), np.nan)
+    wide[rows, cols] = series.to_numpy(np.float64)
+    return wide, rows, cols
+
+
+def horizon_columns(forward: pd.DataFrame) -> dict[int, str]:
+    """The forward-return columns of ``forward`` by horizon, shortest first.
+
+    >>> horizon_columns(pd.DataFrame(columns=["fwd_ret_10d", "fwd_ret_2d", "industry"]))
+    {2: 'fwd_ret_2d', 10: 'fwd_ret_10d'}
+    """
+    found = {}
+    for column in forward.columns:
+        text = str(column)
+        if text.startswith("fwd_ret_") and text.endswith("d") and text[8:-1].isdigit():
+            found[int(text[8:-1])] = text
+    return dict(sorted(found.items()))
+
+
+def quantile_daily_returns(quantiles: pd.Series, returns: pd.Series, n: int = SCORE_QUANTILES) -> pd.DataFrame:
+    """Each day's mean forward return of the names in each score quantile.
+
+    Parameters
+    ----------
+    quantiles : Series indexed by (date, code), :func:`score_quantiles` of every scored name of the day.
+    returns : Series indexed by (date, code), the forward returns; names without one are left out.
+    n : the number of quantiles.
+
+    Returns
+    -------
+    DataFrame indexed by date, columns 1..n (NaN where a quantile has no known return that day).
+    """
+    frame = pd.DataFrame({"quantile": quantiles, "ret": returns.reindex(quantiles.index)}).dropna()
+    table = frame.groupby([frame.index.get_level_values(0), frame["quantile"].astype(np.int64)])["ret"].mean()
+    out = table.unstack().reindex(columns=range(1, n + 1))
+    out.index.name, out.columns.name = "date", "quantile"
+    return out
+
+
+@dataclass(frozen=True)
+class SignalAnalysis:
+    """The numbers of a run's signal page (:func:`signal_analysis`).
+
+    Attributes
+    ----------
+    horizon : the label's horizon (trading days to the exit), the page's main one.
+    daily_rank_ic : Series by date, the rank IC at ``horizon`` (the run's ``data/daily_ranking.parquet``).
+    rolling_days : the window of ``rolling_rank_ic`` (:data:`IC_ROLLING_DAYS`).
+    rolling_rank_ic : the trailing ``rolling_days``-day mean of ``daily_rank_ic`` (NaN until the window is full).
+    monthly_rank_ic : DataFrame year x month (1..12), the mean daily rank IC of each calendar month.
+    ic_decay : DataFrame by horizon: ``rank_ic_mean``, ``rank_ic_se`` (Newey-West, lags ``h - 1``), its 95%
+        interval ``ci_low`` / ``ci_high`` (:func:`backtest.statistics.normal_interval`), ``t``, ``n_days``;
+        its ``horizon`` row is the run's ``rank_ic_mean`` and ``rank_ic_se``.
+    quantile_mean : DataFrame quantile (1..n) x horizon: the mean over days of each quantile's daily mean
+        forward return.
+    quantile_wealth : DataFrame date x quantile: each quantile's daily mean forward return at the shortest
+        horizon (``quantile_mean``'s first column: one day held), compounded from 1 (equal weight, no costs).
+    spread : DataFrame by horizon: the top-minus-bottom quantile spread of forward returns, ``mean``,
+        ``se`` (Newey-West, lags ``h - 1``), ``t``, ``n_days``.
+    rank_autocorrelation : Series by lag (scored days): the mean daily correlation of the names' score
+        ranks with their ranks ``lag`` days before.
+    ic_by_group : DataFrame by group (industry): ``rank_ic_mean`` at ``horizon`` within the group,
+        ``rank_ic_se``, ``n_days``, ``names`` (mean names per day); None without groups.
+    """
+
+    horizon: int
+    daily_rank_ic: pd.Series
+    rolling_days: int
+    rolling_rank_ic: pd.Series
+    monthly_rank_ic: pd.DataFrame
+    ic_decay: pd.DataFrame
+    quantile_mean: pd.DataFrame
+    quantile_wealth: pd.DataFrame
+    spread: pd.DataFrame
+    rank_autocorrelation: pd.Series
+    ic_by_group: pd.DataFrame | None
+
+
+def signal_analysis(
+    scores: pd.Series,
+    forward: pd.DataFrame,
+    horizon: int,
+    *,
+    groups: pd.Series | None = None,
+    n_quantiles: int = SCORE_QUANTILES,
+    rolling_days: int = IC_ROLLING_DAYS,
+    lags: Sequence[int] = AUTOCORRELATION_LAGS,
+) -> SignalAnalysis:
+    """What a run's scores say about the forward returns, horizon by horizon (the signal page's numbers).
+
+    Parameters
+    ----------
+    scores : Series indexed by (date, code), the out-of-sample scores.
+    forward : DataFrame on the same rows, the forward returns ``fwd_ret_<h>d`` (:func:`horizon_columns`).
+    horizon : the label's horizon; ``forward`` must hold it.
+    groups : Series indexed by (date, code), the name's group (industry) on the day; None: no IC by group.
+    n_quantiles, rolling_days, lags : quantiles, rolling window and autocorrelation lags.
+
+    Every rank IC is :func:`daily_ic` (Spearman per day) and every standard error Newey-West with ``h - 1``
+    lags (:func:`backtest.labels.newey_west_lags`), the rule of the run's ``rank_ic_se``.
+    """
+    from backtest.labels import newey_west_lags
+
+    columns = horizon_columns(forward)
+    if horizon not in columns:
+        raise DataContractError(
+            f"signal analysis: the forward returns hold horizons {list(columns)}, not the label's {horizon}. "
+            "Fix: pass the run's forward returns (backtest.engine.forward_frame), which always hold it."
+        )
+    decay, daily = {}, {}
+    for h, column in columns.items():
+        returns = forward[column]
+        ic = daily_ic(scores, returns, "spearman") if _has_pairs(scores, returns) else pd.Series(dtype=np.float64)
+        daily[h] = ic
+        se = hac_standard_error(ic, newey_west_lags(h))
+        mean = float(ic.mean())
+        low, high = normal_interval(mean, se)
+        decay[h] = {
+            "rank_ic_mean": mean,
+            "rank_ic_se": se,
+            "ci_low": float(low),
+            "ci_high": float(high),
+            "t": mean / se if se > 0 else np.nan,
+            "n_days": ic.count(),
+        }
+    ic = daily[horizon]
+    monthly = ic.groupby([ic.index.year, ic.index.month]).mean().unstack()
+    monthly.index.name, monthly.columns.name = "year", "month"
+    quantile = score_quantiles(scores, n_quantiles)
+    quantiles = {h: quantile_daily_returns(quantile, forward[c], n_quantiles) for h, c in columns.items()}
+    spread = {}
+    for h, table in quantiles.items():
+        gap = (table[n_quantiles] - table[1]).dropna()
+        se = hac_standard_error(gap, newey_west_lags(h))
+        mean = float(gap.mean()) if len(gap) else float("nan")
+        spread[h] = {"mean": mean, "se": se, "t": mean / se if se > 0 else float("nan"), "n_days": len(gap)}
+    shortest = quantiles[min(quantiles)]
+    return SignalAnalysis(
+        horizon=int(horizon),
+        daily_rank_ic=ic.rename("rank_ic"),
+        rolling_days=int(rolling_days),
+        rolling_rank_ic=ic.rolling(rolling_days, min_periods=rolling_days).mean().rename("rank_ic_rolling"),
+        monthly_rank_ic=monthly.reindex(columns=range(1, 13)),
+        ic_decay=pd.DataFrame.from_dict(decay, orient="index").rename_axis("horizon"),
+        quantile_mean=pd.DataFrame({h: t.mean() for h, t in quantiles.items()}).rename_axis(
+            index="quantile", columns="horizon"
+        ),
+        quantile_wealth=(1.0 + shortest.fillna(0.0)).cumprod(),
+        spread=pd.DataFrame.from_dict(spread, orient="index").rename_axis("horizon"),
+        rank_autocorrelation=rank_autocorrelation(scores, lags),
+        ic_by_group=None if groups is None else rank_ic_by_group(scores, forward[columns[horizon]], groups, horizon),
+    )
+
+
+def rank_autocorrelation(
+    scores: pd.Series, lags: Sequence[int] = AUTOCORRELATION_LAGS, *, days: pd.DatetimeIndex | None = None
+) -> pd.Series:
+    """Mean over days of the correlation between the names' score ranks on a day and their ranks ``lag``
+    trading days before, over the names scored on both days (alphalens' ``factor_rank_autocorrelation``:
+    ranks within each day's whole cross-section, Pearson over the common names). A high value at lag 1
+    means a slow book: little turnover from the signal itself.
+
+    Parameters
+    ----------
+    scores : Series indexed by (date, code).
+    lags : lags in trading days (>= 1).
+    days : the trading days the lags count (a day of them without scores pairs with nothing); None: the
+        days of ``scores``.
+
+    Returns
+    -------
+    Series indexed by lag (``lag``), NaN for a lag without a pair of scored days.
+    """
+    wide, rows, _ = _wide(scores)
+    scored = pd.DatetimeIndex(scores.index.get_level_values(0)).unique().sort_values()
+    if days is not None:
+        on_days = np.full((len(days), wide.shape[1]), np.nan)
+        position = pd.DatetimeIndex(days).get_indexer(scored)
+        on_days[position[position >= 0]] = wide[position >= 0]
+        wide = on_days
+    ranks = pd.DataFrame(wide).rank(axis=1).to_numpy()
+    out = {}
+    for lag in lags:
+        if isinstance(lag, bool) or not isinstance(lag, (int, np.integer)) or lag < 1:
+            raise ConfigError(f"rank autocorrelation: lags must be whole trading days >= 1, received {lag!r}.")
+        pairs = _row_pearson(ranks[lag:], ranks[:-lag]) if lag < len(ranks) else np.array([])
+        out[int(lag)] = float(np.nanmean(pairs)) if np.isfinite(pairs).any() else np.nan
+    return pd.Series(out, name="rank_autocorrelation").rename_axis("lag")
+
+
+def _row_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Pearson correlation of each row of ``a`` with the same row of ``b`` over the columns finite in both
+    (NaN with fewer than 2 such columns or a constant side)."""
+    both = np.isfinite(a) & np.isfinite(b)
+    n = both.sum(axis=1)
+    x, y = np.where(both, a, 0.0), np.where(both, b, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        x = np.where(both, x - x.sum(axis=1, keepdims=True) / n[:, None], 0.0)
+        y = np.where(both, y - y.sum(axis=1, keepdims=True) / n[:, None], 0.0)
+        r = (x * y).sum(axis=1) / np.sqrt((x * x).sum(axis=1) * (y * y).sum(axis=1))
+    return np.where(n >= 2, r, np.nan)
+
+
+def rank_ic_by_group(scores: pd.Series, returns: pd.Series, groups: pd.Series, horizon: int) -> pd.DataFrame:
+    """The rank IC within each group (industry): Spearman of score and forward return over the group's
+    names of the day, as alphalens' ``mean_information_coefficient(by_group=True)`` computes it, then its
+    mean over days, Newey-West standard error (lags ``horizon - 1``), days and mean names a day.
+
+    Returns
+    -------
+    DataFrame indexed by group, columns ``rank_ic_mean``, ``rank_ic_se``, ``n_days``, ``names``, the 95%
+    interval ``ci_low`` / ``ci_high`` (:func:`backtest.statistics.normal_interval`), sorted by
+    ``rank_ic_mean`` (highest first); a group-day with fewer than 2 names or a constant side has no rank IC,
+    and a group without any day that has one no row.
+    """
+    from backtest.labels import newey_west_lags
+
+    frame = _aligned(scores, returns, "returns")
+    frame["group"] = groups.reindex(frame.index).to_numpy()
+    frame = frame.dropna()
+    keys = [frame.index.get_level_values(0), frame["group"]]
+    ranks = frame[["score", "label"]].groupby(keys, observed=True).rank(method="average")
+    ic = _grouped_pearson(ranks, [ranks.index.get_level_values(0), frame["group"]])
+    names = frame.groupby(keys, observed=True).size()
+    rows = {}
+    for group, daily in ic.groupby(level=1, observed=True):
+        if not daily.notna().any():
+            continue  # never two names on a day: no rank IC
+        rows[group] = {
+            "rank_ic_mean": float(daily.mean()),
+            "rank_ic_se": hac_standard_error(daily.to_numpy(), newey_west_lags(horizon)),
+            "n_days": int(daily.notna().sum()),
+            "names": float(names.xs(group, level=1).mean()),
+        }
+    table = pd.DataFrame.from_dict(rows, orient="index").rename_axis("group")
+    table["ci_low"], table["ci_high"] = normal_interval(table["rank_ic_mean"], table["rank_ic_se"])
+    return table.sort_values("rank_ic_mean", ascending=False, kind="stable")
+
+
+def _grouped_pearson(frame: pd.DataFrame, keys: list) -> pd.Series:
+    """Pearson correlation of ``frame``'s ``score`` and ``label`` within each group of ``keys`` (NaN with
+    fewer than 2 rows or a constant side): the grouped form of :func:`_daily_pearson`."""
+    grouped = frame.groupby(keys, observed=True)
+    centred = frame - grouped.transform("mean")
+    sums = (
+        pd.DataFrame(
+            {"xy": centred["score"] * centred["label"], "xx": centred["score"] ** 2, "yy": centred["label"] ** 2}
+        )
+        .groupby(keys, observed=True)
+        .sum()
+    )
+    constant = (grouped.max() == grouped.min()).any(axis=1) | (grouped.size() < 2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ic = sums["xy"] / np.sqrt(sums["xx"] * sums["yy"])
+    ic[constant.to_numpy()] = np.nan
+    return ic
+
+
+# --------------------------------------------------------------------------------------------------
+# The book: costs, holdings, blocked trades, exposures against the universe
+
+#: The industry bucket of a holding that has no score on the rebalance's decision day (it left the universe
+#: and could not be sold).
+NOT_SCORED = "(not scored)"
+
+
+def returns_before_costs(returns: pd.Series, periods: pd.DataFrame) -> pd.Series:
+    """The daily returns of the same book without its trading costs: on each rebalance's execution day the
+    cost paid at the open (``cost``, a fraction of the pre-trade book, ``PortfolioResult.periods``) is given
+    back, ``(1 + r) / (1 - cost) - 1``; the other days are unchanged (the book holds the same weights).
+
+    >>> days = pd.bdate_range("2024-01-01", periods=3, name="date")
+    >>> periods = pd.DataFrame({"execution_date": [days[0]], "cost": [0.01]})
+    >>> returns_before_costs(pd.Series([-0.01, 0.02, 0.0], index=days), periods).round(6).tolist()
+    [0.0, 0.02, 0.0]
+    """
+    missing = {"execution_date", "cost"} - set(getattr(periods, "columns", []))
+    if missing:
+        raise DataContractError(
+            f"returns_before_costs needs the rebalance table (PortfolioResult.periods, data/periods.csv) with "
+            f"columns execution_date and cost; missing {sorted(missing)}."
+        )
+    cost = pd.Series(periods["cost"].to_numpy(np.float64), index=pd.DatetimeIndex(periods["execution_date"]))
+    cost = cost.groupby(level=0).sum().reindex(returns.index, fill_value=0.0)
+    return ((1.0 + returns) / (1.0 - cost) - 1.0).rename(returns.name)
+
+
+def holdings_count(positions: pd.DataFrame) -> pd.Series:
+    """Names held on each return day (``PortfolioResult.positions``: columns ``date, code, weight``)."""
+    held = positions[positions["weight"] > 0]
+    return held.groupby("date").size().rename("holdings")
+
+
+def blocked_by_rebalance(blocked: pd.DataFrame, decision_dates: pd.Index) -> pd.DataFrame:
+    """Names that could not be traded as wished at each rebalance, by reason (``PortfolioResult.blocked``:
+    ``limit_up``, ``limit_down``, ``suspended``); one row per decision date, 0 where none was blocked."""
+    reasons = ["limit_up", "limit_down", "suspended"]
+    counts = pd.crosstab(blocked["decision_date"], blocked["reason"]) if len(blocked) else pd.DataFrame()
+    counts = counts.reindex(index=pd.DatetimeIndex(decision_dates, name="decision_date"), fill_value=0)
+    return counts.reindex(columns=reasons + sorted(set(counts.columns) - set(reasons)), fill_value=0).astype(int)
+
+
+def _book_at_rebalances(positions: pd.DataFrame, periods: pd.DataFrame) -> pd.DataFrame:
+    """The post-trade book of each rebalance (its positions on the execution day), with the decision date:
+    columns ``decision_date, code, weight``."""
+    execution = pd.Series(periods.index, index=pd.DatetimeIndex(periods["execution_date"]), name="decision_date")
+    book = positions[positions["date"].isin(execution.index) & (positions["weight"] > 0)]
+    return pd.DataFrame(
+        {
+            "decision_date": execution.reindex(book["date"]).to_numpy(),
+            "code": book["code"].to_numpy(),
+            "weight": book["weight"].to_numpy(np.float64),
+        }
+    )
+
+
+def industry_exposure(positions: pd.DataFrame, periods: pd.DataFrame, industry: pd.Series) -> pd.DataFrame:
+    """The book's weight in each industry minus the universe's at every rebalance.
+
+    Parameters
+    ----------
+    positions, periods : ``PortfolioResult.positions`` and ``.periods`` (the post-trade book of each
+        rebalance is its positions on the execution day).
+    industry : Series indexed by (date, code) over the scored names (the universe of each decision day).
+
+    Returns
+    -------
+    DataFrame decision date x industry: book weight (a fraction of the book) minus the share of the day's
+    scored names in the industry; a holding without a score that day counts under :data:`NOT_SCORED`; an
+    industry neither the universe nor the book held at any rebalance has no column.
+    """
+    book = _book_at_rebalances(positions, periods)
+    keys = pd.MultiIndex.from_arrays([pd.DatetimeIndex(book["decision_date"]), book["code"]])
+    held = industry.reindex(keys).astype(object).fillna(NOT_SCORED).to_numpy()
+    weights = pd.Series(book["weight"].to_numpy(), index=[book["decision_date"], held]).groupby(level=[0, 1]).sum()
+    universe = industry.groupby(level=0).value_counts(normalize=True)
+    universe = universe[universe.index.get_level_values(0).isin(periods.index)]
+    weights.index.names = universe.index.names = ["decision_date", "industry"]
+    active = weights.sub(universe.astype(np.float64), fill_value=0.0).unstack(fill_value=0.0)
+    active = active.reindex(pd.DatetimeIndex(periods.index, name="decision_date"), fill_value=0.0)
+    held = {*weights[weights > 0].index.get_level_values(1), *universe[universe > 0].index.get_level_values(1)}
+    active = active.loc[:, [c for c in active.columns if c in held]]  # never in the universe nor the book: out
+    active.columns = active.columns.astype(str)
+    return active
+
+
+def size_exposure(positions: pd.DataFrame, periods: pd.DataFrame, market_cap: pd.Series) -> pd.Series:
+    """The book's size exposure at every rebalance: the weighted mean over its names of the cross-sectional
+    z-score of log market cap among the day's scored names (mean 0, standard deviation 1 over the universe,
+    so the universe's own exposure is 0; a holding without a cap that day is left out).
+
+    Returns
+    -------
+    Series indexed by decision date: > 0 the book leans to large caps, < 0 to small caps.
+    """
+    log_cap = np.log(market_cap.where(market_cap > 0))
+    by_day = log_cap.groupby(level=0)
+    z = (log_cap - by_day.transform("mean")) / by_day.transform("std", ddof=0)
+    book = _book_at_rebalances(positions, periods)
+    keys = pd.MultiIndex.from_arrays([pd.DatetimeIndex(book["decision_date"]), book["code"]])
+    frame = pd.DataFrame({"w": book["weight"].to_numpy(), "z": z.reindex(keys).to_numpy()}, index=keys).dropna()
+    exposure = (frame["w"] * frame["z"]).groupby(level=0).sum() / frame["w"].groupby(level=0).sum()
+    return exposure.reindex(pd.DatetimeIndex(periods.index, name="decision_date")).rename("size_exposure")
+
+
+@dataclass(frozen=True)
+class BookAnalysis:
+    """The numbers of a run's portfolio page (:func:`book_analysis`).
+
+    Attributes
+    ----------
+    periods : the rebalance table (``PortfolioResult.periods``, the run's ``data/periods.csv``).
+    rebalance_stats : DataFrame: ``turnover``, ``cost``, ``benchmark_turnover``, ``benchmark_cost`` (rows) x
+        ``mean``, ``median``, ``max`` over the rebalances.
+    wealth : DataFrame by date, columns ``strategy`` (after costs), ``strategy_before_costs``
+        (:func:`returns_before_costs`) and ``equal_weight`` (after costs), compounded from 1.
+    holdings : Series by return day, names held (:func:`holdings_count`).
+    blocked : DataFrame by decision date, blocked names by reason (:func:`blocked_by_rebalance`).
+    blocked_days : bool Series by date, the book was not the one chosen (``PortfolioResult.blocked_days``).
+    industry : decision date x industry active weights (:func:`industry_exposure`); None without industries.
+    industry_mean : the mean of ``industry`` over rebalances, by industry, lowest first; None without industries.
+    size : Series by decision date (:func:`size_exposure`); None without market caps.
+    summary : Series of ``rebalances``, ``return_days``, ``ann_return`` (after costs),
+        ``ann_return_before_costs``, ``cost_drag`` (their difference), ``holdings_mean``,
+        ``rebalances_blocked``, ``days_blocked`` and ``size_mean`` (NaN without caps).
+    """
+
+    periods: pd.DataFrame
+    rebalance_stats: pd.DataFrame
+    wealth: pd.DataFrame
+    holdings: pd.Series
+    blocked: pd.DataFrame
+    blocked_days: pd.Series
+    industry: pd.DataFrame | None
+    industry_mean: pd.Series | None
+    size: pd.Series | None
+    summary: pd.Series
+
+
+def book_analysis(portfolio: PortfolioResult, forward: pd.DataFrame | None = None) -> BookAnalysis:
+    """What the top-k book did (the portfolio page's numbers).
+
+    Parameters
+    ----------
+    portfolio : the backtest's :class:`backtest.portfolio.PortfolioResult`.
+    forward : the scored rows with ``industry`` and ``market_cap`` (``BacktestResult.forward_returns``), for
+        the exposures against the universe; None or without a column: that exposure is None.
+    """
+    p = portfolio
+    gross = returns_before_costs(p.returns, p.periods)
+    wealth = (
+        pd.DataFrame({"strategy": p.returns, "strategy_before_costs": gross, "equal_weight": p.benchmark_returns})
+        .add(1.0)
+        .cumprod()
+    )
+    known = set() if forward is None else {c for c in forward.columns if forward[c].notna().any()}
+    industry = industry_exposure(p.positions, p.periods, forward["industry"]) if "industry" in known else None
+    size = size_exposure(p.positions, p.periods, forward["market_cap"]) if "market_cap" in known else None
+    holdings = holdings_count(p.positions).reindex(p.returns.index, fill_value=0)
+    blocked = blocked_by_rebalance(p.blocked, p.periods.index)
+    after, before = ann_return(p.returns), ann_return(gross)
+    summary = {
+        "rebalances": float(len(p.periods)),
+        "return_days": float(len(p.returns)),
+        "ann_return": after,
+        "ann_return_before_costs": before,
+        "cost_drag": before - after,
+        "holdings_mean": float(holdings.mean()),
+        "rebalances_blocked": float((blocked.sum(axis=1) > 0).sum()),
+        "days_blocked": float(p.blocked_days.sum()),
+        "size_mean": float(size.mean()) if size is not None else float("nan"),
+    }
+    columns = ["turnover", "cost", "benchmark_turnover", "benchmark_cost"]
+    return BookAnalysis(
+        periods=p.periods,
+        rebalance_stats=p.periods[columns].astype(np.float64).agg(["mean", "median", "max"]).T,
+        wealth=wealth,
+        holdings=holdings,
+        blocked=blocked,
+        blocked_days=p.blocked_days,
+        industry=industry,
+        industry_mean=industry.mean().sort_values(kind="stable") if industry is not None else None,
+        size=size,
+        summary=pd.Series(summary, name="book"),
+    )

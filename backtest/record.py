@@ -6,11 +6,13 @@ the provenance and guard tags, at the paths of :data:`backtest.tracking.layout.A
     BacktestResult --record_backtest--> run: headline metrics (with the params ndcg_depth, the depth of
                                          ndcg, ic_lags, the Newey-West lags of rank_ic_se, and
                                          index_source, what the index_* metrics compare with),
-                                         per-fold metrics, predictions, positions, daily
+                                         per-fold metrics, predictions and their forward returns
+                                         (with industry and cap: what alphalens and Qlib read), positions, daily
                                          returns (equal weight, the index, the baselines'), the daily rank IC and
                                          NDCG (what a study pairs runs on), the best factor of each
                                          fold, periods, feature importance, per-fold feature
-                                         PSI, leakage records, feature audit, reports/, then the tags
+                                         PSI, leakage records, feature audit, reports/ (with the
+                                         signal and portfolio pages: write_run_pages), then the tags
                                          (comparable last)
                    --record_run-------> the same, with the run's provenance; if the store stopped
                                          answering, the whole run in the fallback store instead
@@ -50,7 +52,7 @@ from backtest.drift import fold_windows as windows_of_folds
 from backtest.engine import BacktestResult
 from backtest.errors import FeatureAuditError, LeakageError, StoreUnavailableError, TrackingError
 from backtest.provenance import Provenance
-from backtest.reports import DriftRun, RunEvidence, write_backtest_reports
+from backtest.reports import DriftRun, RunEvidence, write_backtest_reports, write_run_pages
 from backtest.reports.files import REPORT_FILES
 from backtest.reports.plots import plot_fold_metric
 from backtest.splits import decision_dates
@@ -67,6 +69,7 @@ class ReportChoice:
     tearsheet: bool = True
     plots: bool = True
     drift_report: bool = True
+    pages: bool = True  # the signal and portfolio pages
 
 
 @dataclass(frozen=True)
@@ -267,6 +270,8 @@ def record_backtest(
         run.log_fold_metrics(result.fold_metrics, decision_dates(result.records))
     p = result.portfolio
     run.log_frame(result.scores.to_frame(), ARTIFACTS.predictions)
+    if result.forward_returns is not None:
+        run.log_frame(result.forward_returns, ARTIFACTS.forward_returns)
     run.log_frame(p.positions, ARTIFACTS.positions)
     daily = {"strategy": p.returns, "equal_weight": p.benchmark_returns}
     if result.index is not None:
@@ -303,6 +308,11 @@ def record_backtest(
             plots=reports.plots,
             drift_report=reports.drift_report,
         )
+        if reports.pages:
+            t0 = time.perf_counter()
+            horizon, forward = result.labels.horizon_days, result.forward_returns
+            write_run_pages(tmp, result.scores, forward, p, horizon=horizon, title=title, run_id=run.run_id)
+            result.timings["pages_s"] = time.perf_counter() - t0
         run.log_artifact(tmp, ARTIFACTS.reports)
         run.log_compare_images(compare_images(result, tmp if reports.plots else None, Path(tmp) / "compare"))
     tags = {

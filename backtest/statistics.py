@@ -8,7 +8,8 @@ of several tried configurations overstates it.
 - the stationary bootstrap (:func:`stationary_bootstrap_indices`; Politis & Romano 1994), the Sharpe
   ratio's interval (:func:`sharpe_ci`) and the paired Sharpe difference of two strategies over the same
   days (:func:`paired_sharpe_difference`);
-- the Newey-West standard error of a mean of overlapping-label values (:func:`hac_standard_error`);
+- the Newey-West standard error of a mean of overlapping-label values (:func:`hac_standard_error`) and the
+  normal interval it gives the mean (:func:`normal_interval`);
 - the paired difference of two daily series over their common days (:func:`paired_mean_difference`: the
   daily rank IC or NDCG of a trial and its baseline), its p-value, Holm's step-down adjustment over a
   family of comparisons (:func:`holm_adjust`) and the power of a comparison (:func:`minimum_detectable_difference`,
@@ -448,6 +449,21 @@ def interval_standard_error(low: float, high: float, confidence: float = 1.0 - A
     1.0
     """
     return float((high - low) / (2.0 * norm.ppf((1.0 + confidence) / 2.0)))
+
+
+def normal_interval(
+    mean: float | np.ndarray, se: float | np.ndarray, confidence: float = 1.0 - ALPHA
+) -> tuple[np.ndarray, np.ndarray]:
+    """The two-sided normal interval ``mean -/+ z_{(1 + confidence) / 2} * se`` (elementwise): the interval a
+    Newey-West standard error gives a mean.
+
+    >>> low, high = normal_interval(0.05, 0.01)
+    >>> round(float(low), 4), round(float(high), 4)
+    (0.0304, 0.0696)
+    """
+    z = norm.ppf((1.0 + confidence) / 2.0)
+    mean, se = np.asarray(mean, dtype=np.float64), np.asarray(se, dtype=np.float64)
+    return mean - z * se, mean + z * se
 
 
 def holm_adjust(p_values: np.ndarray | list[float]) -> np.ndarray:

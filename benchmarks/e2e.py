@@ -1,14 +1,14 @@
 """One run of the main job as a user starts it (``python -m backtest OVERRIDES``), measured whole.
 
 :func:`run_main_job` starts the CLI in a fresh process with a cold feature cache, no checkpoints to resume
-from and a store of its own, and returns its wall time, its peak resident memory (``wait4``'s
-``ru_maxrss`` of that process), the stage timings the CLI logs (:data:`backtest.cli.progress.STAGE_SECONDS`: plan,
-audit, features, folds, portfolio, baselines, record), and the run read back from the store: its headline
-metrics and its per-fold metrics (``fold/trees``, ``fold/fit_seconds``, ...), and the peak resident
-memory so far at the end of each stage (the engine's ``memory:`` debug lines,
-:func:`backtest.engine.release_freed_memory`: features, binning, folds, baselines; the first stage that
-shows the final peak set it). The benchmarks
-``bench_weekly.py`` and ``bench_scale.py`` are built on it; nothing here is projected.
+from and a store of its own, and returns its wall time, its CPU time and its peak resident memory
+(``wait4``'s ``ru_utime + ru_stime`` and ``ru_maxrss`` of that process), the stage timings the CLI logs
+(:data:`backtest.cli.progress.STAGE_SECONDS`: plan, audit, features, folds, portfolio, baselines, record),
+and the run read back from the store: its headline metrics and its per-fold metrics (``fold/trees``,
+``fold/fit_seconds``, ...), and the peak resident memory so far at the end of each stage (the engine's
+``memory:`` debug lines, :func:`backtest.engine.release_freed_memory`: features, binning, folds, baselines;
+the first stage that shows the final peak set it). The benchmarks ``bench_weekly.py``, ``bench_scale.py``
+and ``bench_pages.py`` are built on it; nothing here is projected.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ class MainJob:
     metrics: dict[str, float] = field(default_factory=dict)
     folds: dict[str, list[float]] = field(default_factory=dict)  # fold/<name> -> one value per fold
     load: float = 0.0  # 1-minute load average when it started
+    cpu_s: float = 0.0  # user + system CPU seconds of the process and its children (wait4): less than the wall
+    # says about a shared machine's other load
     output: str = ""
 
     def fold_mean(self, name: str) -> float:
@@ -86,6 +88,7 @@ def run_main_job(overrides: list[str], *, timeout_s: float = 3600.0, keep: Path 
         output = log.read()
         log.close()
         job = MainJob(overrides, wall, usage.ru_maxrss / 2**20, proc.returncode, load=load, output=output)
+        job.cpu_s = usage.ru_utime + usage.ru_stime
         for line in output.splitlines():
             if STAGE_SECONDS in line:
                 job.stages = json.loads(line.split(STAGE_SECONDS, 1)[1])

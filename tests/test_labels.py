@@ -10,7 +10,15 @@ import pytest
 
 from backtest.data.calendar import exchange_calendar
 from backtest.errors import ConfigError, DataContractError, InsufficientHistoryError
-from backtest.labels import Labels, LabelSpec, cross_sectional_target, make_labels
+from backtest.labels import (
+    Labels,
+    LabelSpec,
+    cross_sectional_target,
+    forward_horizons,
+    forward_returns,
+    make_labels,
+    newey_west_lags,
+)
 
 DATES = pd.bdate_range("2024-01-01", periods=8, name="date")  # Mon 1 Jan .. Wed 10 Jan
 
@@ -439,3 +447,39 @@ def test_labels_survive_pickling_for_worker_processes() -> None:
     assert copy.spec == labels.spec and dict(copy.excluded) == dict(labels.excluded)
     pd.testing.assert_series_equal(copy.target, labels.target)
     pd.testing.assert_series_equal(copy.label_end, labels.label_end)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Forward returns of several horizons, by the label's rule
+
+
+def test_forward_returns_of_each_horizon_are_the_label_with_that_exit() -> None:
+    nan = float("nan")
+    panel = make_panel(
+        {"A": [10, 11, 12, 13, 14, 15, 16, 17], "B": [20, 20, 22, nan, 20, 18, 30, 33]},
+        is_suspended={"A": [False] * 8, "B": [False, False, False, True, False, False, False, False]},
+    )
+    forward = forward_returns(panel, LabelSpec(), (2, 5))
+    assert list(forward.columns) == ["fwd_ret_2d", "fwd_ret_5d"]
+    assert forward.loc[(DATES[0], "A"), "fwd_ret_2d"] == 12 / 11 - 1  # open(t+1) -> open(t+2): one day held
+    assert forward.loc[(DATES[5], "A"), "fwd_ret_2d"] == 17 / 16 - 1  # the last day with a window
+    assert np.isnan(forward.loc[(DATES[6], "A"), "fwd_ret_2d"])  # t+2 is past the last day
+    assert np.isnan(forward.loc[(DATES[1], "B"), "fwd_ret_2d"])  # B is suspended at the exit, day 3
+    assert np.isnan(forward.loc[(DATES[2], "B"), "fwd_ret_5d"])  # ... and at t=2's entry
+    assert forward.loc[(DATES[0], "B"), "fwd_ret_5d"] == 18 / 20 - 1  # held through the suspension
+    # the label's horizon is the label, bit for bit, NaN where a sample has no label
+    labels = make_labels(panel, LabelSpec(processing="raw"))
+    np.testing.assert_array_equal(forward["fwd_ret_5d"].reindex(labels.index).to_numpy(), labels.fwd_return.to_numpy())
+    assert forward["fwd_ret_5d"].drop(labels.index).isna().all()
+
+
+def test_forward_returns_on_given_rows_and_the_horizons_a_run_stores() -> None:
+    panel = make_panel({"A": [10, 11, 12, 13, 14, 15, 16, 17]})
+    rows = pd.MultiIndex.from_tuples([(DATES[3], "A"), (DATES[0], "A"), (DATES[0], "Z")], names=["date", "code"])
+    forward = forward_returns(panel, LabelSpec(), (2,), rows)
+    assert forward.index.equals(rows)
+    assert forward["fwd_ret_2d"].tolist()[:2] == [15 / 14 - 1, 12 / 11 - 1] and np.isnan(forward.iloc[2, 0])
+    assert forward_horizons(LabelSpec(exit_offset=7)) == (2, 5, 7, 10, 20)
+    assert newey_west_lags(20) == 19 == make_labels(panel, LabelSpec(exit_offset=2)).ic_lags + 18
+    with pytest.raises(ConfigError, match=r"after the entry day \(t\+1\); received \[1\]. Fix: use horizons above 1"):
+        forward_returns(panel, LabelSpec(), (1, 5))

@@ -381,3 +381,109 @@ def test_mean_daily_rank_ic_matches_the_frame_version():
     index = pd.MultiIndex.from_arrays([dates, np.tile(np.arange(200), 3)], names=["date", "code"])
     frame_value = metrics.rank_ic_mean(pd.Series(scores, index=index), pd.Series(labels, index=index))
     assert metrics.mean_daily_rank_ic(scores, labels, np.array([0, 200, 400, 600])) == pytest.approx(frame_value)
+
+
+# --------------------------------------------------------------------------------------------------
+# The signal and the book (the signal and portfolio pages' numbers)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_score_quantiles_are_pandas_qcut_day_by_day(seed):
+    rng = np.random.default_rng(seed)
+    parts = []
+    for day, size in zip(pd.bdate_range("2024-01-02", periods=12), rng.integers(1, 60, 12), strict=True):
+        values = np.round(rng.normal(size=size), int(rng.integers(0, 3)))  # 0 decimals: many ties
+        values[rng.random(size) < 0.1] = np.nan
+        parts.append(pd.Series(values, index=pd.MultiIndex.from_product([[day], [f"c{i:02d}" for i in range(size)]])))
+    scores = pd.concat(parts)
+    got = metrics.score_quantiles(scores, 10)
+    cut = 0
+    for _, values in scores.groupby(level=0):
+        try:
+            expected = pd.qcut(values.dropna(), 10, labels=False) + 1.0
+            cut += 1
+        except ValueError:  # repeated edges: alphalens leaves the day out
+            expected = pd.Series(np.nan, index=values.dropna().index)
+        pd.testing.assert_series_equal(got[values.dropna().index], expected, check_names=False)
+        assert got[values.index[values.isna()]].isna().all()
+    assert 0 < cut < 12  # both kinds of day were met
+
+
+def test_rank_autocorrelation_counts_lags_in_trading_days():
+    days = pd.bdate_range("2024-01-02", periods=4)
+    scores = panel_series(
+        {
+            **{(days[0], c): v for c, v in zip("abcd", [1.0, 2.0, 3.0, 4.0], strict=True)},
+            **{(days[1], c): v for c, v in zip("abcd", [10.0, 20.0, 30.0, 40.0], strict=True)},
+            **{(days[3], c): v for c, v in zip("abce", [4.0, 3.0, 2.0, 9.0], strict=True)},
+        }
+    )
+    # lag 1: (day 1, day 0) = +1; day 3 follows day 2, which has no scores: no pair
+    assert metrics.rank_autocorrelation(scores, (1, 2), days=days).tolist() == [1.0, -1.0]
+    # over the scored days only, day 3 follows day 1: the common names a, b, c rank 3, 2, 1 against 1, 2, 3
+    assert metrics.rank_autocorrelation(scores, (1, 2, 3)).tolist()[:2] == [0.0, -1.0]
+    assert np.isnan(metrics.rank_autocorrelation(scores, (3,))[3])
+    with pytest.raises(ConfigError, match="lags must be whole trading days >= 1"):
+        metrics.rank_autocorrelation(scores, (0,))
+
+
+def test_rank_ic_by_group_is_the_spearman_within_each_group_and_day():
+    d0, d1 = pd.Timestamp("2024-01-02"), pd.Timestamp("2024-01-03")
+    keys = [(d0, "a"), (d0, "b"), (d0, "c"), (d0, "d"), (d0, "e"), (d1, "a"), (d1, "b"), (d1, "c"), (d1, "d")]
+    scores = panel_series(dict(zip(keys, [1.0, 2.0, 3.0, 1.0, 2.0, 1.0, 2.0, 3.0, 5.0], strict=True)))
+    returns = panel_series(dict(zip(keys, [0.1, 0.2, 0.4, 0.2, 0.1, 0.3, 0.2, 0.1, 0.0], strict=True)))
+    groups = pd.Series(["X", "X", "X", "Y", "Y", "X", "X", "X", "Y"], index=scores.index)
+    table = metrics.rank_ic_by_group(scores, returns, groups, horizon=1)
+    # X: +1 on day 0, -1 on day 1; Y: -1 on day 0, a single name on day 1 (no IC)
+    assert table.index.tolist() == ["X", "Y"]
+    assert table.loc["X", ["rank_ic_mean", "n_days", "names"]].tolist() == [0.0, 2, 3.0]
+    assert table.loc["Y", ["rank_ic_mean", "n_days", "names"]].tolist() == [-1.0, 1, 1.5]
+
+
+def test_signal_analysis_of_a_score_that_is_the_5_day_return():
+    days = pd.bdate_range("2024-01-29", periods=30)  # end of January to March
+    rng = np.random.default_rng(0)
+    index = pd.MultiIndex.from_product([days, [f"c{i:02d}" for i in range(20)]], names=["date", "code"])
+    scores = pd.Series(rng.normal(size=len(index)), index=index)
+    noise = pd.Series(rng.normal(size=len(index)), index=index)
+    forward = pd.DataFrame({"fwd_ret_2d": 0.01 * noise, "fwd_ret_5d": 0.01 * scores}, index=index)
+    forward.loc[forward.index.get_level_values(0) == days[-1], "fwd_ret_5d"] = np.nan  # not known yet
+    a = metrics.signal_analysis(scores, forward, 5, groups=None, rolling_days=3)
+    assert a.ic_decay.loc[5, "rank_ic_mean"] == pytest.approx(1.0, abs=1e-15) and a.ic_decay.loc[5, "n_days"] == 29
+    assert a.ic_decay.loc[2, "rank_ic_mean"] == pytest.approx(metrics.rank_ic_mean(scores, forward["fwd_ret_2d"]))
+    assert a.monthly_rank_ic.index.tolist() == [2024] and a.monthly_rank_ic.notna().sum(axis=1).tolist() == [3]
+    assert a.monthly_rank_ic.loc[2024, 2] == pytest.approx(a.daily_rank_ic[a.daily_rank_ic.index.month == 2].mean())
+    assert a.rolling_rank_ic.isna().sum() == 2 and a.rolling_days == 3
+    # 20 names: each decile holds 2; the spread is the mean of the top two minus the bottom two, every day
+    quantiles = metrics.score_quantiles(scores)
+    by_quantile = metrics.quantile_daily_returns(quantiles, forward["fwd_ret_5d"])
+    first = scores.xs(days[0], level=0).sort_values()
+    assert by_quantile.iloc[0, -1] - by_quantile.iloc[0, 0] == pytest.approx(
+        0.01 * (first.iloc[-2:].mean() - first.iloc[:2].mean()), rel=1e-12
+    )
+    spread = (by_quantile[10] - by_quantile[1]).dropna()
+    assert a.spread.loc[5, ["mean", "se", "n_days"]].tolist() == [
+        spread.mean(),
+        metrics.hac_standard_error(spread, 4),
+        29,
+    ]
+    assert a.quantile_mean[5].is_monotonic_increasing  # the score is the return: deciles in order
+    one_day = metrics.quantile_daily_returns(quantiles, forward["fwd_ret_2d"])
+    pd.testing.assert_frame_equal(a.quantile_wealth, (1 + one_day).cumprod())
+    with pytest.raises(DataContractError, match="not the label's 10"):
+        metrics.signal_analysis(scores, forward, 10)
+
+
+def test_industry_and_size_exposure_of_the_book_against_the_universe():
+    d0, d1 = pd.Timestamp("2024-01-02"), pd.Timestamp("2024-01-03")
+    universe = pd.MultiIndex.from_product([[d0], ["a", "b", "c", "d"]], names=["date", "code"])
+    industry = pd.Series(["bank", "bank", "coal", "tech"], index=universe)
+    cap = pd.Series([1.0, np.e, np.e**2, np.e**3], index=universe)  # log caps 0, 1, 2, 3: z = (x - 1.5) / 1.118
+    periods = pd.DataFrame({"execution_date": [d1]}, index=pd.DatetimeIndex([d0], name="decision_date"))
+    positions = pd.DataFrame({"date": [d1, d1, d1], "code": ["a", "c", "x"], "weight": [0.5, 0.3, 0.2]})
+    active = metrics.industry_exposure(positions, periods, industry)
+    # book: bank 0.5, coal 0.3, x (not scored that day) 0.2; universe: bank 0.5, coal 0.25, tech 0.25
+    expected = {"(not scored)": 0.2, "bank": 0.0, "coal": 0.05, "tech": -0.25}
+    assert active.loc[d0].to_dict() == pytest.approx(expected)
+    z = (np.array([0.0, 2.0]) - 1.5) / np.std([0.0, 1.0, 2.0, 3.0])
+    assert metrics.size_exposure(positions, periods, cap)[d0] == pytest.approx((0.5 * z[0] + 0.3 * z[1]) / 0.8)

@@ -78,7 +78,9 @@ def build_parts(cfg: DictConfig) -> Parts:
         tracking=tracking,
         ranker_factory=ranker_factory,
         options=build(cfg.engine),  # the options create the cache folders
-        reports=ReportChoice(tearsheet=tracking.tearsheet, plots=tracking.plots, drift_report=tracking.drift_report),
+        reports=ReportChoice(
+            tearsheet=tracking.tearsheet, plots=tracking.plots, drift_report=tracking.drift_report, pages=tracking.pages
+        ),
     )
 
 

@@ -56,6 +56,23 @@ class WideGrid:
         """Gather a (date x code) matrix back to the panel's row order."""
         return wide[self.row_pos, self.col_pos]
 
+    def at(self, wide: np.ndarray, index: pd.MultiIndex) -> np.ndarray:
+        """The values of a (date x code) float matrix at the (date, code) keys of ``index``, NaN for a key
+        off the grid.
+
+        >>> grid = WideGrid.of(pd.DataFrame(index=pd.MultiIndex.from_product(
+        ...     [pd.to_datetime(["2024-01-02", "2024-01-03"]), ["A", "B"]])))
+        >>> keys = pd.MultiIndex.from_tuples([(pd.Timestamp("2024-01-03"), "A"), (pd.Timestamp("2024-01-04"), "A")])
+        >>> grid.at(np.array([[1.0, 2.0], [3.0, 4.0]]), keys).tolist()
+        [3.0, nan]
+        """
+        rows = self.dates.get_indexer(index.get_level_values(0))
+        cols = self.codes.get_indexer(index.get_level_values(1))
+        found = (rows >= 0) & (cols >= 0)
+        out = np.full(len(index), np.nan)
+        out[found] = wide[rows[found], cols[found]]
+        return out
+
 
 def adjusted_price(panel: pd.DataFrame, field: str = "close") -> pd.Series:
     """Backward-adjusted price ``field * adj_factor`` (raw when the panel has no ``adj_factor``).

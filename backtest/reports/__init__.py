@@ -7,9 +7,15 @@ metrics, :mod:`backtest.drift`). Every function writes only to the path or folde
   equity-curve, drawdown and per-fold metric PNGs.
 - :mod:`~backtest.reports.drift`: the drift report page (feature-importance drift across folds, feature
   value drift, PSI per fold, with flags), with the heatmaps of :mod:`~backtest.reports.drift_charts`.
-- :mod:`~backtest.reports.returns`: the daily-returns contract the three share.
+- :mod:`~backtest.reports.signal`, :mod:`~backtest.reports.portfolio`: the signal page (rank IC over time
+  and horizons, score deciles, rank autocorrelation, IC by industry) and the portfolio page (turnover and
+  costs, equity before and after costs, holdings, blocked trades, exposures against the universe), from the
+  numbers of :func:`backtest.metrics.signal_analysis` and :func:`backtest.metrics.book_analysis`.
+- :mod:`~backtest.reports.returns`: the daily-returns contract the tearsheet and the charts share.
+- :mod:`~backtest.reports.export`: one run's artifacts as alphalens' ``factor_data`` and Qlib's ``pred`` /
+  ``label`` frames.
 
-:func:`write_backtest_reports` writes them all into one folder, ready for
+:func:`write_backtest_reports` and :func:`write_run_pages` write them into one folder, ready for
 ``TrackedRun.log_artifact(folder, ARTIFACTS.reports)``. ``python -m backtest.reports drift --run-id ID``
 rebuilds a recorded run's drift report from its artifacts (:mod:`backtest.reports.__main__`).
 """
@@ -22,9 +28,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from backtest.metrics import book_analysis, horizon_columns, signal_analysis
+from backtest.portfolio import PortfolioResult
 from backtest.reports.drift import DriftRun, write_drift_report
 from backtest.reports.files import REPORT_FILES, STUDY_REPORT_FILES
 from backtest.reports.plots import plot_drawdown, plot_equity_curve, plot_fold_metric
+from backtest.reports.portfolio import write_portfolio_page
+from backtest.reports.signal import write_signal_page
 from backtest.reports.tearsheet import RunEvidence, Tearsheet, tearsheet_metrics, write_tearsheet
 
 logger = logging.getLogger(__name__)
@@ -41,6 +51,7 @@ __all__ = [
     "tearsheet_metrics",
     "write_backtest_reports",
     "write_drift_report",
+    "write_run_pages",
     "write_tearsheet",
 ]
 
@@ -117,4 +128,46 @@ def write_backtest_reports(
             run=drift_run,
         )
     logger.info("wrote %d report files to %s", len(written), directory)
+    return written
+
+
+def write_run_pages(
+    directory: Path | str,
+    scores: pd.Series,
+    forward: pd.DataFrame | None,
+    portfolio: PortfolioResult,
+    *,
+    horizon: int,
+    title: str,
+    run_id: str | None = None,
+) -> list[Path]:
+    """Write a run's signal and portfolio pages into ``directory`` (:data:`REPORT_FILES` ``signal`` and
+    ``portfolio``).
+
+    Parameters
+    ----------
+    scores : Series indexed by (date, code), the out-of-sample scores.
+    forward : the scored rows' forward returns with ``industry`` and ``market_cap``
+        (:func:`backtest.engine.forward_frame`); None: the portfolio page only, without exposures.
+    portfolio : the backtest's book.
+    horizon : the label's horizon (``Labels.horizon_days``), the signal page's main one.
+    title, run_id : the run, named on the pages.
+
+    Returns
+    -------
+    list of Path : the pages written; no signal page while no scored name's label is known yet.
+    """
+    directory = Path(directory)
+    written = [
+        write_portfolio_page(
+            directory / REPORT_FILES["portfolio"], book_analysis(portfolio, forward), title=title, run_id=run_id
+        )
+    ]
+    label = horizon_columns(forward).get(horizon) if forward is not None else None
+    if label is not None and forward[label].notna().any():
+        groups = forward["industry"] if "industry" in forward.columns else None
+        analysis = signal_analysis(scores, forward, horizon, groups=groups)
+        written.append(write_signal_page(directory / REPORT_FILES["signal"], analysis, title=title, run_id=run_id))
+    else:
+        logger.info("no signal page: no scored name's %s-day forward return is known", horizon)
     return written

@@ -16,6 +16,8 @@ REPORT_FILES: Mapping[str, str] = MappingProxyType(
         "equity": "equity.png",  # equity curves, log scale
         "drawdown": "drawdown.png",
         "drift": "drift",  # folder: drift_report.html and its CSV tables
+        "signal": "signal.html",  # the signal page: rank IC over time and horizons, deciles, IC by industry
+        "portfolio": "portfolio.html",  # the portfolio page: turnover, costs, holdings, blocked trades, exposures
     }
 )
 

@@ -4,8 +4,9 @@ Figures are built with :class:`matplotlib.figure.Figure` directly (Agg canvas, n
 global is touched, nothing stays open, and the font is pinned to DejaVu Sans (bundled with matplotlib)
 so that an rcParams change by another library (quantstats sets Arial) cannot flood the log. Every chart
 starts from :func:`new_figure` (line and bar charts in :data:`CHART_STYLE`, heatmaps in
-:data:`HEATMAP_STYLE`) and ends with :func:`save_png`; the study report's charts
-(:mod:`backtest.reports.study`) and the drift heatmaps (:mod:`backtest.reports.drift_charts`) do too.
+:data:`HEATMAP_STYLE`) and ends with :func:`save_png` (or :func:`png_bytes`, for a page that embeds it);
+the study report's charts (:mod:`backtest.reports.study`), the drift heatmaps
+(:mod:`backtest.reports.drift_charts`) and the signal and portfolio pages do too.
 
 - :func:`plot_equity_curve`, :func:`plot_drawdown`: a run's wealth and drawdown against equal weight;
 - :func:`plot_fold_metric`: one per-fold metric as bars (the ``fold_rank_ic.png`` that MLflow's
@@ -14,6 +15,7 @@ starts from :func:`new_figure` (line and bar charts in :data:`CHART_STYLE`, heat
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,7 +40,8 @@ HEATMAP_STYLE: Mapping[str, object] = MappingProxyType({"font.family": FONT_FAMI
 DPI = 100
 STRATEGY_COLOR = "#1f4e9c"
 BENCHMARK_COLOR = "#8c8c8c"
-_NEGATIVE_COLOR = "#c0392b"
+#: Bars below zero (a negative rank IC, an underweight).
+NEGATIVE_COLOR = "#c0392b"
 
 
 @contextmanager
@@ -65,6 +68,17 @@ def save_png(figure: Figure, path: Path | str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, format="png")
     return path
+
+
+def png_bytes(figure: Figure, *, dated: bool = False) -> bytes:
+    """``figure`` laid out (``tight_layout``; with ``dated``, the dates of its x axes slanted) as PNG bytes, for a
+    page that embeds its charts (:func:`backtest.reports.tables.embedded_png`)."""
+    if dated:
+        figure.autofmt_xdate()
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()
 
 
 def plot_equity_curve(
@@ -176,7 +190,7 @@ def plot_fold_metric(
         raise ConfigError(f"plot_fold_metric: no column {column!r}; columns: {', '.join(map(str, frame.columns))}")
     values = pd.to_numeric(frame[column], errors="coerce")
     folds = [str(fold) for fold in frame.index]
-    colors = [STRATEGY_COLOR if value >= 0 else _NEGATIVE_COLOR for value in values.fillna(0.0)]
+    colors = [STRATEGY_COLOR if value >= 0 else NEGATIVE_COLOR for value in values.fillna(0.0)]
     with new_figure((8, 4), dpi=dpi) as figure:
         axes = figure.add_subplot()
         axes.bar(folds, values.fillna(0.0).to_numpy(), color=colors)

@@ -7,7 +7,6 @@ named in :data:`STUDY_REPORT_FILES`; every trial keeps one colour in every chart
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 import logging
@@ -32,7 +31,7 @@ from backtest.comparison import (
 from backtest.reports.files import STUDY_REPORT_FILES
 from backtest.reports.plots import BENCHMARK_COLOR, new_figure, save_png
 from backtest.reports.returns import wealth_curve
-from backtest.reports.tables import DECIMALS, html_table, markdown_table, page_head
+from backtest.reports.tables import DECIMALS, embedded_png, format_number, html_table, markdown_table, page_head
 from backtest.statistics import PERIODS_PER_YEAR, PBOResult
 
 logger = logging.getLogger(__name__)
@@ -216,11 +215,6 @@ def _interval(value: float, low: float, high: float, digits: int) -> str:
     return f"{value:+.{digits}f}{bounds}"
 
 
-def _number(value: object, spec: str) -> str:
-    value = float(value) if value is not None else float("nan")
-    return "" if not np.isfinite(value) else format(value, spec)
-
-
 #: columns of ``trial_metrics`` about the run rather than its configuration: shown with the trials' numbers
 _RUN_COLUMNS = ("minutes", "resumed_folds")
 #: how the tables print a statistic (a Sharpe ratio, a rank IC and their differences, PSR, DSR, NDCG)
@@ -240,7 +234,7 @@ def _comparison_display(report: StudyReport) -> pd.DataFrame:
         on = f"{primary}_diff"
         if name == report.baseline:
             seeds = {"seeds (seed s.e. of the diff)": str(int(row["n_seeds"]))} if "n_seeds" in t.columns else {}
-            rows.append({"trial": name, "verdict": _VERDICT_BASELINE, "DSR": _number(row["dsr"], _STAT), **seeds})
+            rows.append({"trial": name, "verdict": _VERDICT_BASELINE, "DSR": format_number(row["dsr"], _STAT), **seeds})
             continue
         rows.append(
             {
@@ -255,11 +249,11 @@ def _comparison_display(report: StudyReport) -> pd.DataFrame:
                 "Sharpe diff [95% CI]": _interval(
                     row["sharpe_diff"], row["sharpe_diff_ci_low"], row["sharpe_diff_ci_high"], DECIMALS
                 ),
-                "DSR": _number(row["dsr"], _STAT),
-                "MDE rank IC": _number(row["mde_rank_ic"], _STAT),
-                "days to resolve": _number(row["days_to_resolve"], ",.0f"),
+                "DSR": format_number(row["dsr"], _STAT),
+                "MDE rank IC": format_number(row["mde_rank_ic"], _STAT),
+                "days to resolve": format_number(row["days_to_resolve"], ",.0f"),
                 **(
-                    {"seeds (seed s.e. of the diff)": f"{int(row['n_seeds'])} ({_number(row['seed_se'], _STAT)})"}
+                    {"seeds (seed s.e. of the diff)": f"{int(row['n_seeds'])} ({format_number(row['seed_se'], _STAT)})"}
                     if "n_seeds" in t.columns
                     else {}
                 ),
@@ -279,21 +273,23 @@ def _trials_display(report: StudyReport) -> pd.DataFrame:
             "Sharpe [95% CI]": [
                 _interval(r["sharpe"], r["sharpe_ci_low"], r["sharpe_ci_high"], DECIMALS) for _, r in t.iterrows()
             ],
-            "ex best month": [_number(v, _SIGNED) for v in t["sharpe_ex_best_month"]],
+            "ex best month": [format_number(v, _SIGNED) for v in t["sharpe_ex_best_month"]],
             "rank IC (s.e.)": [
-                _number(r["rank_ic_mean"], _SIGNED)
+                format_number(r["rank_ic_mean"], _SIGNED)
                 + (f" ({r['rank_ic_se']:{_STAT}})" if np.isfinite(r["rank_ic_se"]) else "")
                 for _, r in t.iterrows()
             ],
-            "DSR": [_number(v, _STAT) for v in t["dsr"]],
+            "DSR": [format_number(v, _STAT) for v in t["dsr"]],
             **({"comparable": [{"false": "NO"}.get(v, v) for v in t["comparable"]]} if "comparable" in t else {}),
-            "ann. return": [_number(v, "+.1%") for v in t["ann_return"]],
-            "max DD": [_number(v, ".1%") for v in t["max_drawdown"]],
-            "NDCG": [_number(v, _STAT) for v in t["ndcg"]],
-            "PSR": [_number(v, _STAT) for v in t["psr"]],
-            "turnover": [_number(v, ".1f") for v in t["turnover"]],
-            **({"minutes": [_number(v, ".1f") for v in t["minutes"]]} if "minutes" in t else {}),
-            **({"resumed folds": [_number(v, ".0f") for v in t["resumed_folds"]]} if "resumed_folds" in t else {}),
+            "ann. return": [format_number(v, "+.1%") for v in t["ann_return"]],
+            "max DD": [format_number(v, ".1%") for v in t["max_drawdown"]],
+            "NDCG": [format_number(v, _STAT) for v in t["ndcg"]],
+            "PSR": [format_number(v, _STAT) for v in t["psr"]],
+            "turnover": [format_number(v, ".1f") for v in t["turnover"]],
+            **({"minutes": [format_number(v, ".1f") for v in t["minutes"]]} if "minutes" in t else {}),
+            **(
+                {"resumed folds": [format_number(v, ".0f") for v in t["resumed_folds"]]} if "resumed_folds" in t else {}
+            ),
         }
     )
 
@@ -492,8 +488,7 @@ def write_study_report(directory: Path | str, report: StudyReport) -> list[Path]
             body.append(f"<p>{html.escape(note)}</p>")
         if image is not None:
             markdown += [f"![{heading}]({STUDY_REPORT_FILES[image]})", ""]
-            encoded = base64.b64encode(images[image].read_bytes()).decode("ascii")
-            body.append(f"<img alt='{html.escape(heading)}' src='data:image/png;base64,{encoded}'>")
+            body.append(embedded_png(images[image], heading))
         if frame is not None:
             markdown += [markdown_table(frame, _NUMBER), ""]
             names = next((c for c in ("trial", "year") if c in frame.columns and frame[c].is_unique), None)

@@ -1,4 +1,5 @@
-"""Tables and labels as the report pages and charts print them (the drift report, the study report).
+"""Tables, numbers, labels and page parts as the report pages and charts print them (the tearsheet, the
+drift and study reports, the signal and portfolio pages).
 
 A table is written twice from one frame and one cell rule (:func:`cell_text`): as markdown
 (:func:`markdown_table`) and as HTML through pandas' Styler (:func:`html_table`), which can keep the column
@@ -7,7 +8,11 @@ that names the rows in view while a wide table scrolls sideways in its box.
 
 from __future__ import annotations
 
+import base64
 import html
+import math
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -109,3 +114,82 @@ def page_head(title: str, extra_style: str = "") -> str:
         f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{PAGE_STYLE}{extra_style}</style></head><body>"
     )
+
+
+def format_number(value: object, spec: str, missing: str = "") -> str:
+    """``value`` formatted with ``spec``; ``missing`` for None, NaN, an infinity or a value that is no number.
+
+    >>> format_number(0.01234, "+.2%"), format_number(float("nan"), ".4f"), format_number(None, ".2f", "-")
+    ('+1.23%', '', '-')
+    """
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return missing
+    return format(number, spec) if math.isfinite(number) else missing
+
+
+def page_heading(title: str, dates: pd.DatetimeIndex) -> str:
+    """``<title>: test <first>..<last>`` for a run's page title and heading; ``title`` alone without dates.
+
+    >>> page_heading("lambdarank-all", pd.DatetimeIndex(["2024-01-02", "2025-12-31"]))
+    'lambdarank-all: test 2024-01-02..2025-12-31'
+    """
+    return f"{title}: test {dates[0]:%Y-%m-%d}..{dates[-1]:%Y-%m-%d}" if len(dates) else title
+
+
+def run_mention(title: str, run_id: str | None) -> str:
+    """``Run <title> (MLflow <id>)``, escaped for a page.
+
+    >>> run_mention("a<b", "0f3"), run_mention("a", None)
+    ('Run a&lt;b (MLflow 0f3)', 'Run a')
+    """
+    return f"Run {html.escape(title)}" + (f" (MLflow {html.escape(run_id)})" if run_id else "")
+
+
+def embedded_png(png: bytes | Path, alt: str) -> str:
+    """An ``<img>`` that holds the PNG itself (base64): a page with its charts in one file, which MLflow's
+    artifact view shows whole.
+
+    >>> embedded_png(b"PNG", "IC & decay")
+    "<img alt='IC &amp; decay' src='data:image/png;base64,UE5H'>"
+    """
+    data = png if isinstance(png, bytes) else Path(png).read_bytes()
+    return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{base64.b64encode(data).decode('ascii')}'>"
+
+
+@dataclass(frozen=True)
+class PageSection:
+    """One section of a report page: a heading, a note, a chart (PNG bytes) and a table (HTML), each optional."""
+
+    heading: str
+    note: str = ""
+    png: bytes | None = None
+    table: str = ""
+
+
+def write_page(path: Path | str, title: str, header: str, sections: list[PageSection]) -> Path:
+    """Write a run's page (:func:`render_page`, first column of its tables left-aligned) at ``path`` (its folder
+    is created); returns ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_page(title, header, sections, "td:first-child{text-align:left}"), encoding="utf-8")
+    return path
+
+
+def render_page(title: str, header: str, sections: list[PageSection], extra_style: str = "") -> str:
+    """A self-contained report page: ``<h1>`` title, a header paragraph (HTML), then each section in order.
+
+    >>> page = render_page("Signal", "<b>IC</b>", [PageSection("Decay", "By horizon.", table="<table></table>")])
+    >>> "<h2>Decay</h2><p>By horizon.</p><table></table>" in page, page.endswith("</body></html>")
+    (True, True)
+    """
+    body = [page_head(title, extra_style), f"<h1>{html.escape(title)}</h1>", f"<p>{header}</p>"]
+    for section in sections:
+        body.append(f"<h2>{html.escape(section.heading)}</h2>")
+        if section.note:
+            body.append(f"<p>{html.escape(section.note)}</p>")
+        if section.png is not None:
+            body.append(embedded_png(section.png, section.heading))
+        body.append(section.table)
+    return "".join(body) + "</body></html>"

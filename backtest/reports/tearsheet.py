@@ -52,7 +52,7 @@ from backtest import metrics
 from backtest.baselines import baseline_verdicts, comparison_table
 from backtest.portfolio import DEFAULT_TOP_K
 from backtest.reports.returns import check_daily_returns
-from backtest.reports.tables import page_head
+from backtest.reports.tables import format_number, page_head, page_heading
 from backtest.statistics import PERIODS_PER_YEAR
 
 logger = logging.getLogger(__name__)
@@ -202,21 +202,8 @@ def write_tearsheet(
     return Tearsheet(path, "fallback", reason)
 
 
-def page_heading(title: str, dates: pd.DatetimeIndex) -> str:
-    """``<title>: test <first>..<last>`` for the page title and heading.
-
-    >>> page_heading("lambdarank-all", pd.DatetimeIndex(["2024-01-02", "2025-12-31"]))
-    'lambdarank-all: test 2024-01-02..2025-12-31'
-    """
-    return f"{title}: test {dates[0]:%Y-%m-%d}..{dates[-1]:%Y-%m-%d}"
-
-
 def _fmt(value: object, spec: str) -> str:
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return "-"
-    return format(number, spec) if math.isfinite(number) else "-"
+    return format_number(value, spec, "-")
 
 
 def robustness_html(

@@ -3,14 +3,16 @@
 A backtest run (``run_kind=backtest``) holds every path below except ``study_sweep``; a sweep's parent
 run (``run_kind=sweep``) holds ``study_sweep`` and, at its root, the study report
 (:data:`backtest.reports.files.STUDY_REPORT_FILES`). ``reports`` is a folder written by
-:func:`backtest.reports.write_backtest_reports` (its file names are in :data:`backtest.reports.REPORT_FILES`).
+:func:`backtest.reports.write_backtest_reports` and :func:`backtest.reports.write_run_pages` (its file names are
+in :data:`backtest.reports.REPORT_FILES`). ``predictions`` and ``forward_returns`` are what other tools read
+(:mod:`backtest.reports.export`: alphalens' ``factor_data``, Qlib's ``pred`` and ``label``).
 
 Examples
 --------
 >>> ARTIFACTS.daily_returns
 'data/daily_returns.parquet'
->>> ARTIFACTS.report("tearsheet")
-'reports/tearsheet.html'
+>>> ARTIFACTS.report("tearsheet"), ARTIFACTS.report("signal")
+('reports/tearsheet.html', 'reports/signal.html')
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ class RunArtifacts:
 
     config: str = "config/config.yaml"  # the resolved config, secrets redacted
     predictions: str = "data/predictions.parquet"  # score per (date, code) on the decision dates
+    # the predictions' rows: fwd_ret_<h>d at each horizon of backtest.labels.FORWARD_HORIZONS and the label's
+    # (open(t+1) to open(t+h)), with industry and market_cap where the panel has them (backtest.engine.forward_frame)
+    forward_returns: str = "data/forward_returns.parquet"
     positions: str = "data/positions.parquet"  # weights per (date, code)
     # columns strategy, equal_weight and baseline_<name> of each baseline (backtest.baselines); by date
     daily_returns: str = "data/daily_returns.parquet"
@@ -42,7 +47,7 @@ class RunArtifacts:
     feature_psi: str = "data/feature_psi.csv"
     leakage_records: str = "guards/leakage_records.json"  # one LeakageRecord per fold
     feature_audit: str = "guards/feature_audit.json"  # the look-ahead audit's verdict and offenders
-    reports: str = "reports"  # folder: tearsheet, plots, drift report
+    reports: str = "reports"  # folder: tearsheet, plots, drift report, signal and portfolio pages
     study_sweep: str = "study/sweep.json"  # a sweep's parent run: how the sweep was launched
 
     def report(self, name: str) -> str:

@@ -87,7 +87,8 @@ class TrackingConfig:
         reads it from ``RANKBACKTEST_PARENT_RUN_ID`` so that every job of a multirun gets it.
     n_trials : number of configurations in the study (tag ``n_trials``, the DSR's trial count); the
         yaml reads ``RANKBACKTEST_N_TRIALS``.
-    tearsheet, plots, drift_report : which reports the run writes and logs.
+    tearsheet, plots, drift_report, pages : which reports the run writes and logs (``pages``: the signal
+        and portfolio pages).
     fallback_uri : where a run goes when the store stops answering while it is recorded; None is the
         project's ``fallback/mlruns.db`` (:func:`backtest.tracking.fallback.fallback_uri`).
     """
@@ -102,6 +103,7 @@ class TrackingConfig:
     tearsheet: bool = True
     plots: bool = True
     drift_report: bool = True
+    pages: bool = True
     fallback_uri: str | None = None
 
 

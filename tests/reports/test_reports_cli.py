@@ -12,54 +12,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from backtest.data.fingerprint import panel_fingerprint
 from backtest.drift import population_stability_index, read_psi_artifact
-from backtest.engine import EngineOptions, plan_backtest, run_backtest
-from backtest.features.sets import FeatureSetSpec
-from backtest.labels import LabelSpec
-from backtest.portfolio import PortfolioSpec
-from backtest.record import ReportChoice, fold_windows, record_backtest
+from backtest.record import fold_windows
 from backtest.reports.__main__ import main
-from backtest.splits import RollingSchedule
-from backtest.tracking import ARTIFACTS, Provenance, Tracker
-from models.lambdarank import LambdaRankConfig, LambdaRankRanker
-
-FEATURES = FeatureSetSpec(
-    name="small", indicators=("ret_5d", "ret_20d", "vol_20d", "mf_main_net_rate", "rsi_14"), windows=(5,)
-)
-SCHEDULE = RollingSchedule(retrain_every=40, train_window=100, valid_days=10, embargo=2, test_start="2022-07-01")
-
-
-def small_ranker() -> LambdaRankRanker:
-    return LambdaRankRanker(LambdaRankConfig(num_boost_round=20, num_threads=1, min_data_in_leaf=40))
+from backtest.tracking import ARTIFACTS
 
 
 @pytest.fixture(scope="module")
-def recorded(tiny_panel, tmp_path_factory):
-    """A small backtest recorded in a fresh SQLite store: (store URI, run id, result)."""
-    result = run_backtest(
-        plan_backtest(tiny_panel, label=LabelSpec(), schedule=SCHEDULE, portfolio=PortfolioSpec()),
-        features=FEATURES,
-        ranker_factory=small_ranker,
-        data_fingerprint=panel_fingerprint(tiny_panel),
-        options=EngineOptions(audit_cutoffs=1),
-        seed=3,
-    )
-    root = tmp_path_factory.mktemp("store")
-    uri = f"sqlite:///{root / 'mlruns.db'}"
-    tracker = Tracker(uri, "reports-cli", project_dir=root)
-    provenance = Provenance(
-        "data", result.features.fingerprint, leak_guard=result.leak_guard, feature_audit=result.feature_audit
-    )
-    with tracker.start_run("lambdarank-small") as run:
-        record_backtest(
-            run,
-            result,
-            provenance=provenance,
-            title="lambdarank-small",
-            reports=ReportChoice(tearsheet=False, plots=False),
-        )
-    return uri, run.run_id, result, tracker
+def recorded(recorded_run):
+    """The small backtest recorded in a fresh SQLite store (``tests/reports/conftest.py``): (store URI, run id,
+    result, tracker)."""
+    return recorded_run.tracker.uri, recorded_run.run_id, recorded_run.result, recorded_run.tracker
 
 
 def test_stored_per_fold_psi_is_the_psi_of_each_folds_slices(recorded, tmp_path: Path) -> None:

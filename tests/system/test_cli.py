@@ -126,6 +126,9 @@ def test_main_job_records_one_complete_run(tmp_path: Path, capsys, compose_confi
         "config/config.yaml",
         "reports/drift/feature_value_drift.csv",
         "reports/drift/importance_rank_stability.csv",
+        ARTIFACTS.forward_returns,
+        ARTIFACTS.report("signal"),
+        ARTIFACTS.report("portfolio"),
         *COMPARE_IMAGES.values(),
     ):
         assert path in artifacts, (path, artifacts)  # the compare images sit at the root, for the compare page
