@@ -10,7 +10,8 @@ drives headless Chromium through chromedriver (Selenium), and checks that
 3. the compare-runs page of the study shows its runs by name, and renders for each run the root-level
    images they share (:data:`backtest.tracking.layout.COMPARE_IMAGES`; a note says when there are none);
 4. one run's page draws a chart of each of its per-fold metrics (``fold/<name>``);
-5. one run's artifact page opens ``reports/tearsheet.html`` in the artifact tree and renders it.
+5. one run's artifact page opens ``reports/tearsheet.html``, ``reports/signal.html`` and
+   ``reports/portfolio.html`` in the artifact tree and renders each.
 
 Each page is saved as a PNG in the folder printed at the end (default ``outputs/ui-check/``).
 
@@ -431,20 +432,27 @@ def check_pages(driver, links: UiLinks, out: Path, tearsheet_run: str, fold_keys
     shot("05-run-fold-charts.png")
     notes.append(f"run page: {len(fold_keys)} per-fold charts ({', '.join(fold_keys)})")
 
-    # 5. one run's artifacts: the tearsheet in the tree, rendered
-    tearsheet = ARTIFACTS.report("tearsheet")
-    driver.get(run_url(links.base_url, links.experiment_id, tearsheet_run, tearsheet))
-    wait_for(driver, f"the artifact tree to show {tearsheet!r}", shows_all(driver, ["tearsheet.html", tearsheet]))
-    frame = wait_for(
-        driver, "the tearsheet to render in its frame", lambda: driver.find_elements(By.CSS_SELECTOR, "iframe")
-    )[0]
-    driver.switch_to.frame(frame)
-    try:
-        wait_for(driver, "the tearsheet's content", lambda: "Sharpe" in page_text(driver))
-    finally:
-        driver.switch_to.default_content()
-    time.sleep(1.0)
-    shot("06-tearsheet.png")
+    # 5. one run's artifacts: the tearsheet, the signal page and the portfolio page in the tree, rendered
+    for page, expected, png in (
+        ("tearsheet", "Sharpe", "06-tearsheet.png"),
+        ("signal", "Daily rank IC", "07-signal.png"),
+        ("portfolio", "Equity with and without costs", "08-portfolio.png"),
+    ):
+        artifact = ARTIFACTS.report(page)
+        driver.get("about:blank")  # the app routes within its page: load the artifact's address afresh
+        driver.get(run_url(links.base_url, links.experiment_id, tearsheet_run, artifact))
+        wait_for(driver, f"the artifact tree to show {artifact!r}", shows_all(driver, [f"{page}.html", artifact]))
+        frame = wait_for(
+            driver, f"the {page} page to render in its frame", lambda: driver.find_elements(By.CSS_SELECTOR, "iframe")
+        )[0]
+        driver.switch_to.frame(frame)
+        try:
+            content = f"the {page} page's content ({expected!r})"
+            wait_for(driver, content, lambda text=expected: text in page_text(driver))
+        finally:
+            driver.switch_to.default_content()
+        time.sleep(1.0)
+        shot(png)
     notes.append(f"screenshots in {out}: {', '.join(shots)}")
     return notes
 
