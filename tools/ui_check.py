@@ -411,14 +411,19 @@ def check_pages(driver, links: UiLinks, out: Path, tearsheet_run: str, fold_keys
     driver.get(run_charts_url(links.base_url, links.experiment_id, study.run_ids[0]))
     legends = {f"{study.run_names[0]} ({key})" for key in fold_keys}
     seen: set[str] = set()
+    polls = [0]
 
-    def all_charts_seen() -> bool:  # the page draws the charts near the window only: scroll down through them
+    def all_charts_seen() -> bool:  # the page draws the charts near the window only: scroll through them,
+        # down from the last legend drawn and up from the first, in turn (the page may open scrolled)
         seen.update(legend for legend in legends if legend in page_text(driver))
+        polls[0] += 1
         driver.execute_script(
             "const legends = [...document.querySelectorAll('*')].filter(e => e.children.length === 0"
             "  && arguments[0].includes(e.textContent.trim()));"
-            "if (legends.length) legends[legends.length - 1].scrollIntoView({block: 'start'});",
+            "if (legends.length && arguments[1]) legends[legends.length - 1].scrollIntoView({block: 'start'});"
+            "else if (legends.length) legends[0].scrollIntoView({block: 'end'});",
             sorted(legends),
+            polls[0] % 2 == 0,
         )
         return seen == legends
 
