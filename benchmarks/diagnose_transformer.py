@@ -70,6 +70,13 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--inputs",
+        nargs="+",
+        choices=["rank", "as_is"],
+        default=["as_is"],
+        help="what the network reads (model.training.inputs); the committed diagnosis/ used as_is",
+    )
     parser.add_argument("--out", type=Path, default=PROJECT / "experiments" / "models" / "diagnosis")
     args = parser.parse_args()
 
@@ -95,12 +102,26 @@ def main() -> None:
             raise SystemExit(
                 f"--folds: fold {fold_no} has no decision day with a known forward return; pick an earlier one"
             )
+    from models.linear import LinearRanker
+
+    linear_ic: dict[int, float] = {}  # the reference: the linear ranker on the same fold's rows
+    for fold_no in args.folds:
+        train, valid, predict_rows = _fold_sets(samples, data, plan.folds[fold_no])
+        scores = pd.Series(LinearRanker().fit(train, valid).predict(data.take(predict_rows)), index=index[predict_rows])
+        f = fwd.reindex(scores.index)
+        linear_ic[fold_no] = float(daily_ic(scores[f.notna()], f[f.notna()], "spearman").mean())
     runs: list[dict[str, Any]] = []
-    for loss in args.losses:
+    for loss, inputs in [(loss, inputs) for loss in args.losses for inputs in args.inputs]:
+        setting = loss if len(args.inputs) == 1 else f"{loss}, {inputs} inputs"
         for fold_no in args.folds:
             fold = plan.folds[fold_no]
             training = TransformerTrainingConfig(
-                loss=loss, max_epochs=args.epochs, patience=args.epochs, device=args.device, seed=args.seed
+                loss=loss,
+                max_epochs=args.epochs,
+                patience=args.epochs,
+                device=args.device,
+                seed=args.seed,
+                inputs=inputs,
             )
             ranker = StockTransformerRanker(arch, training)
             ranker.prepare(samples)
@@ -111,17 +132,18 @@ def main() -> None:
             f = fwd.reindex(scores.index)
             ok = f.notna()
             run = {
-                "loss": loss,
+                "loss": setting,
                 "fold": fold_no,
                 "seconds": time.perf_counter() - t0,
                 "test_rank_ic": float(daily_ic(scores[ok], f[ok], "spearman").mean()),
+                "linear_rank_ic": linear_ic[fold_no],
                 "test_move_ic": move_ic(scores[ok], f[ok]),
                 "best_epoch": ranker.last_fit["best_epoch"],
                 "history": ranker.history,
             }
             runs.append(run)
             print(
-                f"{loss:<11} fold {fold_no:>2}: test rank IC {run['test_rank_ic']:+.4f}, move IC "
+                f"{setting:<11} fold {fold_no:>2}: test rank IC {run['test_rank_ic']:+.4f}, move IC "
                 f"{run['test_move_ic']:+.3f}, best epoch {run['best_epoch']}, {run['seconds']:.0f} s",
                 flush=True,
             )
@@ -141,15 +163,22 @@ def summarise(runs: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"{' '.join(map(str, args.folds))}` (device {args.device}, seed {args.seed}); out of sample, the "
         "fold's 20 decision days each, mean over the folds (s.e. over folds):",
         "",
-        "| loss | test rank IC | s.e. | move IC | best valid epoch | s/fold |",
-        "|---|---|---|---|---|---|",
+        "| loss | test rank IC | s.e. | minus linear (s.e.) | move IC | best valid epoch | s/fold |",
+        "|---|---|---|---|---|---|---|",
     ]
+
+    def se(x: pd.Series) -> float:
+        return float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")
+
     for loss, g in frame.groupby("loss", sort=False):
-        se = g["test_rank_ic"].std(ddof=1) / np.sqrt(len(g)) if len(g) > 1 else float("nan")
+        gap = g["test_rank_ic"] - g["linear_rank_ic"]
         lines.append(
-            f"| {loss} | {g['test_rank_ic'].mean():+.4f} | {se:.4f} | {g['test_move_ic'].mean():+.3f} | "
-            f"{g['best_epoch'].mean():.1f} | {g['seconds'].mean():.0f} |"
+            f"| {loss} | {g['test_rank_ic'].mean():+.4f} | {se(g['test_rank_ic']):.4f} | {gap.mean():+.4f} "
+            f"({se(gap):.4f}) | {g['test_move_ic'].mean():+.3f} | {g['best_epoch'].mean():.1f} | "
+            f"{g['seconds'].mean():.0f} |"
         )
+    ref = frame.drop_duplicates("fold")["linear_rank_ic"]
+    lines.append(f"| linear ranker (reference) | {ref.mean():+.4f} | {se(ref):.4f} | | | | |")
     return "\n".join(lines) + "\n"
 
 

@@ -29,6 +29,21 @@ def day_numbers(dates: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(dates[1:] != dates[:-1])]).astype(np.int64)
 
 
+def daily_section(day: np.ndarray) -> DailyCrossSection:
+    """The cross-section of each day of rows numbered by ``day`` (sorted, 0-based), every row eligible."""
+    n_days = int(day[-1]) + 1 if len(day) else 0
+    return DailyCrossSection.of(day, np.ones(len(day), dtype=bool), n_days)
+
+
+def centred_ranks(block: np.ndarray, section: DailyCrossSection) -> np.ndarray:
+    """Each column's percentile rank within its day (``section``), centred at 0, a missing value at the
+    median (0); float32, rows x columns. The ranks of a day read that day's rows only."""
+    X = np.empty(block.shape, dtype=np.float32)
+    for j in range(block.shape[1]):
+        X[:, j] = np.nan_to_num(section.rank_pct(block[:, j]) - 0.5, nan=0.0)
+    return X
+
+
 @dataclass(frozen=True, eq=False)
 class RankedPanel:
     """Each feature's and the label's cross-sectional percentile rank per day, centred at 0, on the
@@ -65,13 +80,8 @@ class RankedPanel:
                 raise ValueError(f"RankedPanel: row {edge} is not the first row of its day {dates[edge]}")
         dates = dates[start:stop]
         day = day_numbers(dates)
-        n_days = int(day[-1]) + 1 if len(day) else 0
-        section = DailyCrossSection.of(day, np.ones(len(day), dtype=bool), n_days)
-        block = values[start:stop]
-        X = np.empty(block.shape, dtype=np.float32)
-        for j in range(block.shape[1]):
-            col = section.rank_pct(block[:, j]) - 0.5
-            X[:, j] = np.nan_to_num(col, nan=0.0)
+        section = daily_section(day)
+        X = centred_ranks(values[start:stop], section)
         y = section.rank_pct(fwd[start:stop]) - 0.5
         return cls(X=X, y=y, day=day, dates=dates, names=names, start=start)
 

@@ -38,12 +38,15 @@ from backtest.stop import raise_if_stopped
 from models.base import EARLY_STOPPING_METRICS, RankerBase
 from models.data import RankingData
 from models.ranking_losses import LOSSES, listmle_loss, listnet_loss
+from models.ranks import centred_ranks, daily_section
 from models.stock_transformer import StockTransformer, StockTransformerConfig
 from models.windows import window_view
 
 log = logging.getLogger(__name__)
 
 WEIGHTS_FILE = "model.pt"
+#: what the network reads of each feature (TransformerTrainingConfig.inputs)
+INPUTS = ("rank", "as_is")
 META_FILE = "ranker.json"
 
 
@@ -79,6 +82,9 @@ class TransformerTrainingConfig:
     compile : None, or a ``torch.compile`` mode (``"default"``, ``"reduce-overhead"`` = CUDA graphs).
     num_threads : CPU threads while fitting / predicting, 0 = leave torch's setting.
     seed : seeds the weights, dropout and the day order.
+    inputs : ``"rank"`` (each feature's percentile rank within its day, centred at 0, a missing value at
+        0: the linear ranker's inputs, :func:`models.ranks.centred_ranks`) or ``"as_is"`` (the feature
+        values, a missing value at 0). A day's ranks read that day's rows only.
     """
 
     loss: str = "regression"
@@ -100,6 +106,7 @@ class TransformerTrainingConfig:
     compile: str | None = None
     num_threads: int = 0
     seed: int = 0
+    inputs: str = "as_is"
 
     def __post_init__(self) -> None:
         problems = []
@@ -116,6 +123,8 @@ class TransformerTrainingConfig:
             )
         if isinstance(self.ndcg_depth, bool) or not isinstance(self.ndcg_depth, int) or self.ndcg_depth < 1:
             problems.append(f"ndcg_depth={self.ndcg_depth!r} must be a positive number of stocks")
+        if self.inputs not in INPUTS:
+            problems.append(f"inputs={self.inputs!r} must be one of {INPUTS}")
         if self.precision not in ("auto", "fp32", "bf16"):
             problems.append(f"precision={self.precision!r} must be 'auto', 'fp32' or 'bf16'")
         if self.days_per_step < 1 or self.predict_days_per_step < 1 or self.max_epochs < 1:
@@ -422,9 +431,20 @@ class StockTransformerRanker(RankerBase):
 
     def _wide_on_device(self, wide: np.ndarray) -> torch.Tensor:
         if self._device_wide is None or self._device_wide[0] is not wide:
-            clean = np.nan_to_num(wide, nan=0.0, posinf=0.0, neginf=0.0)  # NaN never enters torch
-            self._device_wide = (wide, torch.from_numpy(clean).to(self.device))
+            self._device_wide = (wide, self._network_inputs(wide))
         return self._device_wide[1]
+
+    def _network_inputs(self, wide: np.ndarray) -> torch.Tensor:
+        """The (dates, codes, features) tensor the network reads, on the device: ``wide`` as
+        ``training.inputs`` says, a missing value at 0 (NaN never enters torch)."""
+        if self.training.inputs == "rank":
+            n_dates, n_codes, n_features = wide.shape
+            cells = wide.reshape(n_dates * n_codes, n_features)
+            day = np.repeat(np.arange(n_dates, dtype=np.int64), n_codes)
+            clean = centred_ranks(cells, daily_section(day)).reshape(wide.shape)
+        else:
+            clean = np.nan_to_num(wide, nan=0.0, posinf=0.0, neginf=0.0)
+        return torch.from_numpy(clean).to(self.device)
 
     def _window_source(self, data: RankingData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The data's own tensor; else the prepared root's grid when ``data`` descends from it; else a
@@ -456,11 +476,7 @@ class StockTransformerRanker(RankerBase):
         rel_m, _ = data.day_matrix(rel.astype(np.float32), fill=0.0)
         device = self.device
         shared = self._device_wide is not None and self._device_wide[0] is wide
-        dev_wide = (
-            self._wide_on_device(wide)
-            if data.wide is not None or shared
-            else torch.from_numpy(np.nan_to_num(wide, nan=0.0, posinf=0.0, neginf=0.0)).to(device)
-        )
+        dev_wide = self._wide_on_device(wide) if data.wide is not None or shared else self._network_inputs(wide)
         return DayBatches(
             date_pos=torch.as_tensor(day_date, dtype=torch.long, device=device),
             code_pos=torch.as_tensor(codes, dtype=torch.long, device=device),

@@ -26,7 +26,9 @@ from models.lambdarank import (
 Factory = Callable[..., tuple[RankingData, np.ndarray]]
 
 # small trees for small problems; one thread keeps the tests steady on a shared machine
-SMALL = dict(num_threads=1, min_data_in_leaf=20, num_leaves=7, num_boost_round=30, early_stopping_rounds=None)
+SMALL = dict(
+    num_threads=1, min_data_in_leaf=20, num_leaves=7, num_boost_round=30, early_stopping_rounds=None, sublist_size=None
+)  # whole lists: the references below are plain LightGBM
 
 
 def series(data: RankingData, values: np.ndarray) -> pd.Series:

@@ -312,6 +312,28 @@ def test_learns_a_planted_signal_with_early_stopping(make_ranking_data: Factory)
     assert len(model.history) <= 6 and "valid_rank_ic" in model.history[0]
 
 
+def test_rank_inputs_are_each_features_centred_rank_within_its_day(make_ranking_data: Factory) -> None:
+    wide = np.array(
+        [
+            [[3.0, np.nan], [1.0, 5.0], [2.0, 5.0], [np.nan, np.nan]],
+            [[0.5, 1.0], [np.inf, 2.0], [-1.0, 3.0], [0.0, 4.0]],
+        ],
+        dtype=np.float32,
+    )  # 2 days x 4 stocks x 2 features; stock 3 is absent on day 0
+    ranks = ranker(inputs="rank")._network_inputs(wide).numpy()
+    # day 0: feature 0 ranks 3 > 2 > 1 among 3 stocks; feature 1 ties its 2 values; a missing value sits at 0
+    np.testing.assert_allclose(ranks[0, :, 0], [1 - 0.5, 1 / 3 - 0.5, 2 / 3 - 0.5, 0.0], atol=1e-7)
+    np.testing.assert_allclose(ranks[0, :, 1], [0.0, 0.75 - 0.5, 0.75 - 0.5, 0.0], atol=1e-7)
+    np.testing.assert_allclose(ranks[1, :, 0], [0.75 - 0.5, 1 - 0.5, 0.25 - 0.5, 0.5 - 0.5], atol=1e-7)
+    as_is = ranker()._network_inputs(wide).numpy()  # the default: the values, a missing one at 0
+    np.testing.assert_array_equal(as_is[0, :, 0], [3.0, 1.0, 2.0, 0.0])
+    data, _ = make_ranking_data(n_days=30, n_stocks=12, n_features=3, signal=1.0, seed=2)
+    fitted = ranker(inputs="rank", max_epochs=2).fit(data)
+    assert np.isfinite(fitted.predict(data)).all()
+    with pytest.raises(ConfigError, match="inputs='zscore' must be one of"):
+        TransformerTrainingConfig(inputs="zscore")
+
+
 def test_history_records_the_curves_of_the_fit(make_ranking_data: Factory) -> None:
     data, _ = make_ranking_data(n_days=50, n_stocks=20, n_features=3, signal=1.0, seed=5)
     train, valid = data.take(np.arange(0, 40 * 20)), data.take(np.arange(42 * 20, 50 * 20))
