@@ -110,3 +110,28 @@ def _read_back(job: MainJob, store: str) -> None:
         if key.startswith("fold/"):
             history = sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)
             job.folds[key] = [m.value for m in history]
+
+
+def main() -> None:
+    """``e2e.py [--case OVERRIDES]...``: each case (Hydra overrides, space-separated; "" = the defaults) as one
+    main job, one after the other; a line each: wall, peak RSS, stage seconds, rank IC, trees and fit a fold."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--case", action="append", default=None, help="overrides of one main job; repeatable")
+    for case in parser.parse_args().case or [""]:
+        job = run_main_job(case.split())
+        if job.returncode:
+            print(job.output[-3000:])
+            raise SystemExit(f"{case!r}: exit {job.returncode}")
+        print(
+            f"{case or '(defaults)'}: wall {job.wall_s:.1f} s, peak RSS {job.peak_rss_gib:.2f} GiB, "
+            f"load {job.load:.2f}, "
+            f"rank IC {job.metrics.get('rank_ic_mean', float('nan')):+.4f}, trees/fold {job.fold_mean('trees'):.1f}, "
+            f"fit/fold {job.fold_mean('fit_seconds'):.2f} s, stages {json.dumps(job.stages)}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
