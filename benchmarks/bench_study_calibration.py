@@ -170,6 +170,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="LightGBM and numba threads of each process")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides for every run")
     parser.add_argument("--jsonl", type=Path, default=None, help="append each finished market seed here")
+    parser.add_argument(
+        "--runs", type=Path, default=None, help="append each finished backtest here; backtests already in it are not rerun"
+    )
     parser.add_argument("--deadline-s", type=float, default=0.0, help="start no backtest after this many seconds")
     parser.add_argument("--summarise", type=Path, nargs="*", default=None, help="only summarise these JSONL files")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
@@ -204,6 +207,15 @@ def _run(args: argparse.Namespace, overrides: list[str], started: float) -> list
     tasks = [(seed, trial) for seed in range(args.first_seed, args.first_seed + args.market_seeds) for trial in TRIALS]
     done: dict[int, dict[str, dict[str, Any]]] = {}
     results: list[dict[str, Any]] = []
+    if args.runs is not None and args.runs.exists():  # an earlier call's backtests: kept, not rerun
+        for line in args.runs.read_text().splitlines():
+            run = json.loads(line) if line.strip() else None
+            if run is not None and (run["market_seed"], run["trial"]) in tasks:
+                done.setdefault(run["market_seed"], {})[run["trial"]] = run
+        tasks = [(seed, trial) for seed, trial in tasks if trial not in done.get(seed, {})]
+        for seed in sorted(done):
+            if len(done[seed]) == len(TRIALS):
+                results.append(compare(done[seed]))
     with (
         tempfile.TemporaryDirectory() as cache,
         ProcessPoolExecutor(max(args.workers, 1), initializer=_worker_init, initargs=(args.threads,)) as pool,
@@ -216,6 +228,9 @@ def _run(args: argparse.Namespace, overrides: list[str], started: float) -> list
             if future.cancelled():
                 continue
             run = future.result()
+            if args.runs is not None:
+                with args.runs.open("a") as f:
+                    f.write(json.dumps(run) + "\n")
             runs = done.setdefault(run["market_seed"], {})
             runs[run["trial"]] = run
             if len(runs) == len(TRIALS):

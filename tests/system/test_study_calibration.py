@@ -28,9 +28,11 @@ KEYS = ("false_positive_rate_aa", "false_positive_rate_volatility", "power_money
 
 @pytest.mark.slow
 def test_the_calibration_counts_resolved_verdicts_over_market_seeds(tmp_path: Path) -> None:
-    out, jsonl = tmp_path / "calibration.json", tmp_path / "seeds.jsonl"
+    out, jsonl, runs = tmp_path / "calibration.json", tmp_path / "seeds.jsonl", tmp_path / "runs.jsonl"
     command = [sys.executable, str(SCRIPT), "--market-seeds", "2", "--threads", "2", "--set", *SMALL]
-    subprocess.run([*command, "--jsonl", str(jsonl), "--out", str(out)], check=True, capture_output=True, cwd=ROOT)
+    subprocess.run(
+        [*command, "--jsonl", str(jsonl), "--runs", str(runs), "--out", str(out)], check=True, capture_output=True, cwd=ROOT
+    )
     result = json.loads(out.read_text())
     assert result["n_market_seeds"] == 2 and 100 <= result["test_days"] <= 130
     seeds = {s["market_seed"]: s for s in result["seeds"]}
@@ -42,8 +44,9 @@ def test_the_calibration_counts_resolved_verdicts_over_market_seeds(tmp_path: Pa
             assert row["se"] > 0 and row["days"] == seed["test_days"]
         # another model seed is another model: the A/A difference is not zero, but within its noise here
         assert seed["aa"]["diff"] != 0 and not seed["aa"]["resolved"]
-    # market seed 1: dropping money flow costs 0.043 of daily rank IC, 2.2 standard errors: resolved worse
-    assert seeds[1]["moneyflow"]["diff"] == pytest.approx(-0.0427, abs=5e-4) and seeds[1]["moneyflow"]["worse"]
+    # market seed 1: dropping money flow costs 0.033 of daily rank IC with LambdaRank's default, which half a
+    # year of test days does not resolve (the default market's two years do: benchmarks/README.md)
+    assert seeds[1]["moneyflow"]["diff"] == pytest.approx(-0.0335, abs=5e-4) and seeds[1]["moneyflow"]["p"] > 0.05
     for key, comparison, counted in zip(
         KEYS, ("aa", "volatility", "moneyflow", "industry"), ("resolved",) * 2 + ("worse", "resolved")
     ):
@@ -58,3 +61,9 @@ def test_the_calibration_counts_resolved_verdicts_over_market_seeds(tmp_path: Pa
         [*command, "--summarise", str(jsonl), "--out", str(again)], check=True, capture_output=True, cwd=ROOT
     )
     assert {k: json.loads(again.read_text())[k] for k in KEYS} == {k: result[k] for k in KEYS}
+    # a later call with the same --runs file reruns no backtest and gives the same seeds
+    assert len(runs.read_text().splitlines()) == 10
+    resumed = tmp_path / "resumed.json"
+    subprocess.run([*command, "--runs", str(runs), "--out", str(resumed)], check=True, capture_output=True, cwd=ROOT)
+    assert len(runs.read_text().splitlines()) == 10
+    assert json.loads(resumed.read_text())["seeds"] == result["seeds"]
