@@ -43,6 +43,7 @@ import pandas as pd
 from backtest.features.build import FeatureMatrix
 from backtest.labels import Labels
 from backtest.leakage import fold_rows
+from backtest.memory import drop_pages
 from backtest.metrics import ann_return, daily_ic, drop_best_months, headline_metrics, sharpe
 from backtest.portfolio import PortfolioResult, PortfolioSpec, simulate
 from backtest.splits import Fold
@@ -106,6 +107,7 @@ class RankedDays:
             row, first = self.ranked_to, int(self.day[self.ranked_to])
             cut = int(self.day_starts[min(first + self.BLOCK_DAYS, len(self.day_starts) - 1)])
             block = RankedPanel.rank(self.values, self.fwd, self.dates, self.names, row, min(cut, end))
+            drop_pages(self.values, row, min(cut, end))  # the rows just ranked: a later block reads none
             ic = block.daily_rank_ic()
             self.daily_ic[first : first + len(ic)] = ic
             self.ranked_to = row + len(block.y)

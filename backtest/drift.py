@@ -80,6 +80,7 @@ import pandas as pd
 from scipy import stats
 
 from backtest.errors import DataContractError, preview
+from backtest.memory import read_rows
 
 logger = logging.getLogger(__name__)
 
@@ -390,7 +391,7 @@ def psi_by_fold(
         ref = _window_rows(day, window.train_start, window.train_end, max_rows)
         cur = _window_rows(day, window.test_start, window.test_end, max_rows)
         if len(ref) and len(cur):
-            table[i] = psi_per_column(values[ref], values[cur], n_bins, min_values=min_values)
+            table[i] = psi_per_column(read_rows(values, ref), read_rows(values, cur), n_bins, min_values=min_values)
     return pd.DataFrame(table, index=windows.index.rename("fold"), columns=pd.Index(names, name="feature"))
 
 

@@ -50,11 +50,12 @@ from backtest.data.panel import WideGrid
 from backtest.errors import ConfigError, FeatureAuditError, InsufficientHistoryError, preview
 from backtest.features.audit import AuditReport, audit_features, choose_cutoffs
 from backtest.features.build import FeatureMatrix, build_features
-from backtest.features.cache import load_or_build_features
+from backtest.features.cache import FeatureCache, load_or_build_features
 from backtest.features.registry import FeatureRegistry
 from backtest.features.sets import FeatureSetSpec, select_by_gain
 from backtest.labels import Labels, LabelSpec, forward_horizons, forward_returns, make_labels
 from backtest.leakage import GuardStatus, LeakageRecord, fold_rows, leak_guard_status, not_comparable_reasons
+from backtest.memory import drop_pages
 from backtest.metrics import daily_ic, daily_ranking_quality, headline_metrics, ndcg_at_k, rank_ic_mean
 from backtest.portfolio import PortfolioResult, PortfolioSpec, check_universe, return_days, simulate
 from backtest.splits import Fold, RollingSchedule
@@ -388,9 +389,13 @@ def run_backtest(
             )
 
     t0 = time.perf_counter()
-    if options.feature_cache_dir is not None:
+    if options.feature_cache_dir is not None:  # the matrix is a memory map of the entry (backtest.memory)
         matrix, cache_hit = load_or_build_features(
-            panel, features, options.feature_cache_dir, data_fingerprint=data_fingerprint, registry=registry
+            panel,
+            features,
+            FeatureCache(options.feature_cache_dir, mmap=True),
+            data_fingerprint=data_fingerprint,
+            registry=registry,
         )
     else:
         matrix = build_features(panel, features, data_fingerprint=data_fingerprint, registry=registry)
@@ -681,6 +686,7 @@ def _run_folds(
     if stateful or (options.n_jobs == 1 and options.backend != "dask"):
         ranker = probe
         ranker.prepare(samples, history_end=history_end)
+        drop_pages(data.X)  # the rows the binning read
         release_freed_memory("binning")  # the binning's samples
         for fold in folds:
             raise_if_stopped()  # between folds
@@ -690,6 +696,7 @@ def _run_folds(
             if stateful and ckpt and fold.fold > 0 and (fold.fold - 1) in done:
                 ranker = ckpt.restore_ranker(fold.fold - 1, ranker)  # continue from the saved state
             outcome = _fit_predict(ranker, samples, data, fold, labels, index, ndcg)
+            drop_pages(data.X)  # the rows the fold scored
             yield emit(outcome, ranker if stateful else None)
         return
 

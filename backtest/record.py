@@ -45,12 +45,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from backtest.drift import PSI_MAX_ROWS, feature_value_drift, psi_artifact, psi_by_fold
+from backtest.drift import PSI_MAX_ROWS, evenly_spaced, feature_value_drift, psi_artifact, psi_by_fold
 from backtest.drift import fold_windows as windows_of_folds
 from backtest.engine import BacktestResult
 from backtest.errors import FeatureAuditError, LeakageError, StoreUnavailableError, TrackingError
+from backtest.memory import read_rows
 from backtest.provenance import Provenance
 from backtest.reports import DriftRun, RunEvidence, write_backtest_reports, write_run_pages
 from backtest.reports.files import REPORT_FILES
@@ -383,7 +385,9 @@ def value_drift(result: BacktestResult, max_rows: int = 20_000) -> pd.DataFrame:
     the whole test period (:func:`backtest.drift.feature_value_drift`)."""
     first = result.records[0]
     dates = result.features.index.get_level_values(0)
-    reference = (dates >= first.train_start) & (dates <= first.train_end)
-    current = dates.isin(result.scores.index.get_level_values(0).unique())
+    reference = np.flatnonzero((dates >= first.train_start) & (dates <= first.train_end))
+    current = np.flatnonzero(dates.isin(result.scores.index.get_level_values(0).unique()))
+    # thinned before the rows are gathered: a window of every feature's rows would be a large copy
+    ref, cur = (rows[evenly_spaced(len(rows), max_rows)] for rows in (reference, current))
     values = result.features.values
-    return feature_value_drift(values[reference], values[current], result.feature_names, max_rows=max_rows)
+    return feature_value_drift(read_rows(values, ref), read_rows(values, cur), result.feature_names)

@@ -6,9 +6,11 @@
 Runs ``python -m backtest`` in this process, from a cold feature cache into a store of its own, with
 ``backtest.engine.release_freed_memory`` wrapped: at the end of each stage (features, binning, folds,
 baselines) it prints the stage's own peak (``VmHWM``) and what is resident, then resets the high-water
-mark (``/proc/self/clear_refs``) for the next stage. The engine itself logs the peak so far instead,
-since a reset would also reset what ``wait4`` reports to ``benchmarks/e2e.py``. benchmarks/README.md
-("Memory") records them.
+mark (``/proc/self/clear_refs``) for the next stage; the last line, ``record``, is what follows the
+baselines (the run's metrics, reports and artifacts written to the store). The first stage's peak
+includes what comes before it: the panel (the synthetic market's generation) and the feature audit. The
+engine itself logs the peak so far instead, since a reset would also reset what ``wait4`` reports to
+``benchmarks/e2e.py``. benchmarks/README.md ("Memory") records them.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def main() -> None:
             f"hydra.run.dir={tmp}/run",
         ]
         cli_main()
+        _release_and_reset("record")
 
 
 if __name__ == "__main__":

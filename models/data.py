@@ -49,6 +49,7 @@ import pandas as pd
 
 from backtest.data.panel import WideGrid
 from backtest.errors import DataContractError, preview
+from backtest.memory import read_rows
 
 
 class _Gather:
@@ -68,7 +69,7 @@ class _Gather:
 
     def copy(self, pick: np.ndarray | slice | None = None) -> np.ndarray:
         rows = self.rows if pick is None else self.rows[pick]
-        return self.source.take(rows, axis=0)
+        return read_rows(self.source, rows)  # a file-backed source's pages are not kept (backtest.memory)
 
 
 class _FeatureValues:

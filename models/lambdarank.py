@@ -24,6 +24,7 @@ import lightgbm as lgb
 import numpy as np
 
 from backtest.errors import ConfigError, DataContractError, preview
+from backtest.memory import drop_span, read_columns
 from backtest.metrics import GAINS, mean_daily_rank_ic, relevance_gains
 from backtest.portfolio import DEFAULT_TOP_K
 from backtest.stop import raise_if_stopped
@@ -440,13 +441,12 @@ class BinnedPanel:
         reference: lgb.Dataset | None = None
         for start in range(0, len(names), self.bin_columns):
             cols = slice(start, start + self.bin_columns)
+            columns = [read_columns(b, cols) for b in blocks]  # a file-backed matrix's pages are not kept,
+            drop_span(blocks)  # those between the runs of rows included
             part = lgb.Dataset(
-                [np.ascontiguousarray(b[:, cols]) for b in blocks],
-                label=label,
-                feature_name=names[cols],
-                params=self.params,
-                free_raw_data=True,
+                columns, label=label, feature_name=names[cols], params=self.params, free_raw_data=True
             ).construct()
+            del columns
             if reference is None:
                 reference = part
                 continue

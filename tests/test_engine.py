@@ -15,13 +15,16 @@ import backtest.engine as engine
 from backtest.benchmark import index_returns
 from backtest.code_fingerprint import code_fingerprint
 from backtest.data.fingerprint import panel_fingerprint
+from backtest.drift import feature_value_drift
 from backtest.engine import EngineOptions, plan_backtest, run_backtest
 from backtest.errors import ConfigError, FeatureAuditError
 from backtest.features.registry import default_registry
 from backtest.features.sets import FeatureSetSpec
 from backtest.labels import LabelSpec
+from backtest.memory import file_backed
 from backtest.metrics import HEADLINE_KEYS, INDEX_KEYS, ndcg_at_k
 from backtest.portfolio import PortfolioSpec
+from backtest.record import value_drift
 from backtest.splits import RollingSchedule
 from models.lambdarank import LambdaRankRanker
 from tests.features.feature_fixtures import PLANTED
@@ -362,3 +365,29 @@ def test_each_stage_logs_the_peak_resident_memory_so_far(caplog: pytest.LogCaptu
         engine.release_freed_memory("after")
         peak2, now2 = figures()
     assert peak2 >= max(peak0, held) and held - now2 > 0.15  # about 0.195 GiB handed back
+
+
+def test_value_drift_thins_each_window_before_gathering_its_rows(result) -> None:
+    """The run's PSI / KS table gathers only the rows it keeps: the table of the whole windows' rows thinned
+    to the same count (the definition), without a copy of each window."""
+    first = result.records[0]
+    dates = result.features.index.get_level_values(0)
+    reference = (dates >= first.train_start) & (dates <= first.train_end)
+    current = dates.isin(result.scores.index.get_level_values(0).unique())
+    values = result.features.values
+    assert reference.sum() > 50 and current.sum() > 50  # both windows are thinned
+    whole = feature_value_drift(values[reference], values[current], result.feature_names, max_rows=50)
+    pd.testing.assert_frame_equal(value_drift(result, max_rows=50), whole)
+
+
+def test_a_cached_matrix_is_read_from_its_file_with_the_same_results(result, tiny_panel, tmp_path: Path) -> None:
+    """With the feature cache the matrix is a memory map of its entry's file (built into it on a miss,
+    mapped on a hit) whose pages each stage drops after reading: the same values, scores, baselines and
+    metrics, bit for bit, as the matrix held in memory."""
+    for hit in (False, True):
+        cached = backtest(tiny_panel, feature_cache_dir=tmp_path)
+        assert cached.feature_cache_hit == hit and file_backed(cached.features.values)
+        assert cached.features.values.tobytes() == result.features.values.tobytes()
+        assert cached.scores.to_numpy().tobytes() == result.scores.to_numpy().tobytes()
+        assert cached.metrics == pytest.approx(result.metrics, rel=0, abs=0, nan_ok=True)
+        assert "baseline_linear_rank_ic_mean" in cached.metrics

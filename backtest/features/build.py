@@ -8,7 +8,9 @@
 
 Each indicator is computed, transformed and written to the output before the next one starts, so the
 memory held besides the output matrix is the wide inputs and one indicator at a time (the peak against
-its 3x-the-matrix target: benchmarks/README.md, bench_features.py).
+its 3x-the-matrix target: benchmarks/README.md, bench_features.py). The output may be a memory map of the
+feature cache's file (``allocate``): it is then written a chunk of rows at a time and each chunk's pages
+are dropped once written (:mod:`backtest.memory`), so the process does not hold the matrix while it builds.
 """
 
 from __future__ import annotations
@@ -35,10 +37,13 @@ from backtest.features.inputs import MarketData, activity_min_periods
 from backtest.features.registry import FEATURE_CODE_VERSION, FeatureRegistry, default_registry
 from backtest.features.rolling import rolling_mean
 from backtest.features.sets import FeatureColumn, FeaturePlan, FeatureSetSpec, plan_features
+from backtest.memory import drop_pages, read_columns, row_chunks
 
 log = logging.getLogger("backtest.features")
 
 Rows = Literal["eligible", "all"]
+#: makes the float32 feature matrix of a shape (n_rows, n_features)
+Allocate = Callable[[tuple[int, int]], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -116,7 +121,7 @@ class FeatureMatrix:
         pos = sorted(set(self._positions(list(names))))
         chosen = [self.names[p] for p in pos]
         digest = hashlib.blake2b(f"{self.fingerprint}|select|{','.join(chosen)}".encode(), digest_size=8).hexdigest()
-        return FeatureMatrix(np.ascontiguousarray(self.values[:, pos]), chosen, self.index, digest)
+        return FeatureMatrix(read_columns(self.values, pos), chosen, self.index, digest)
 
     def cube(self, features: list[str] | None = None) -> FeatureCube:
         """The [date, code, feature] view; ``features`` picks and orders the last axis (default all).
@@ -174,6 +179,7 @@ def build_features(
     data_fingerprint: str | None = None,
     registry: FeatureRegistry | None = None,
     rows: Rows = "eligible",
+    allocate: Allocate | None = None,
 ) -> FeatureMatrix:
     """Compute the feature matrix of ``panel`` for the feature set ``spec``.
 
@@ -190,6 +196,8 @@ def build_features(
     rows : ``"eligible"`` (default): the rows of the day's universe (``in_universe`` True when the panel
         has it, else every row). ``"all"``: every panel row; cross-sectional columns are NaN for
         non-members (e.g. for sequence models that need a member's history before it joined).
+    allocate : makes the float32 output of a given shape (default: ``np.empty``); the feature cache
+        passes a memory map of its entry's file.
 
     Returns
     -------
@@ -211,7 +219,7 @@ def build_features(
     if message:
         log.warning(message)
     started = time.perf_counter()
-    values, keep = compute_features(panel, plan, rows)
+    values, keep = compute_features(panel, plan, rows, allocate)
     fingerprint = feature_fingerprint(data_fingerprint or panel_fingerprint(panel), spec, registry, rows)
     log.info(
         "features %r: %d columns x %d rows (%.0f MB) in %.1f s",
@@ -240,8 +248,11 @@ def check_panel(panel: pd.DataFrame) -> None:
         raise DataContractError("features: the panel is empty")
 
 
-def compute_features(panel: pd.DataFrame, plan: FeaturePlan, rows: Rows = "eligible") -> tuple[np.ndarray, np.ndarray]:
-    """The float32 values of ``plan`` and the panel row positions they belong to.
+def compute_features(
+    panel: pd.DataFrame, plan: FeaturePlan, rows: Rows = "eligible", allocate: Allocate | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The float32 values of ``plan`` (in an array made by ``allocate``, default ``np.empty``) and the
+    panel row positions they belong to.
 
     Returns
     -------
@@ -268,7 +279,8 @@ def compute_features(panel: pd.DataFrame, plan: FeaturePlan, rows: Rows = "eligi
     for column in plan.columns:
         columns_of.setdefault(column.base, []).append(column)
 
-    values = np.empty((len(keep), len(plan.columns)), dtype=np.float32)
+    shape = (len(keep), len(plan.columns))
+    values = np.empty(shape, dtype=np.float32) if allocate is None else allocate(shape)
     sink = _ColumnSink(values)
     written: list[str] = []
     for ind in plan.indicators:
@@ -294,7 +306,8 @@ def compute_features(panel: pd.DataFrame, plan: FeaturePlan, rows: Rows = "eligi
 
 
 class _ColumnSink:
-    """Writes columns into a C-ordered matrix through a column-major buffer (fast strided stores)."""
+    """Writes columns into a C-ordered matrix through a column-major buffer (fast strided stores), a
+    chunk of rows at a time; the pages of a file-backed matrix are dropped after each chunk."""
 
     def __init__(self, out: np.ndarray, width: int = 32) -> None:
         self.out = out
@@ -310,6 +323,9 @@ class _ColumnSink:
 
     def flush(self) -> None:
         if self.filled:
-            self.out[:, self.start : self.start + self.filled] = self.buf[:, : self.filled]
+            cols = slice(self.start, self.start + self.filled)
+            for rows in row_chunks(len(self.out), self.out.strides[0]):
+                self.out[rows, cols] = self.buf[rows, : self.filled]
+                drop_pages(self.out, rows.start, rows.stop)
             self.start += self.filled
             self.filled = 0

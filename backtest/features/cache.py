@@ -28,6 +28,7 @@ import shutil
 import time
 import uuid
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,7 +38,7 @@ import pandas as pd
 
 from backtest.checksum import CHECKSUM_ALGORITHM, checksum
 from backtest.data.fingerprint import panel_fingerprint
-from backtest.features.build import FeatureMatrix, Rows, build_features, check_panel, feature_fingerprint
+from backtest.features.build import Allocate, FeatureMatrix, Rows, build_features, check_panel, feature_fingerprint
 from backtest.features.registry import FeatureRegistry, default_registry
 from backtest.features.sets import FeatureSetSpec
 
@@ -86,10 +87,13 @@ class FeatureCache:
     Parameters
     ----------
     directory : where entries live; the CLI passes ``<project>/.cache/features``.
-    mmap : load values as a read-only memory map of the entry's file: a hit returns at once, pages
-        are read when first used, and the values live in the shared page cache instead of process
-        memory. The default (False) reads the whole file on load, which is faster when every value
-        is used (page faults on a cold file read it more slowly than one sequential read).
+    mmap : the values as a read-only memory map of the entry's file: they live in the shared page cache
+        instead of process memory, and a pass over them maps in only the pages it reads and drops them
+        after (:mod:`backtest.memory`); a miss is built straight into the entry's file
+        (:meth:`build`). The engine uses it, so that a backtest does not hold its whole matrix. The
+        default (False) reads the whole file on load and builds in memory, which is faster when every
+        value is used and memory is plenty (page faults on a cold file read it more slowly than one
+        sequential read).
     """
 
     def __init__(self, directory: str | os.PathLike[str], mmap: bool = False) -> None:
@@ -105,7 +109,8 @@ class FeatureCache:
         Every file is checked against the checksum stored with it; an entry that fails (truncated,
         overwritten, written before checksums, unreadable) is removed with one warning, and None is
         returned so that the caller rebuilds it. With ``mmap`` the values are a read-only ``np.memmap``
-        (the check reads them once, which brings them into the page cache).
+        (the check reads them once, a chunk at a time, which brings them into the page cache, not into
+        this process).
         """
         folder = self.path(key)
         if not (folder / "meta.json").is_file():
@@ -141,40 +146,81 @@ class FeatureCache:
         final = self.path(matrix.fingerprint)
         if (final / "meta.json").is_file():
             return final
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / f"{_TMP_PREFIX}{matrix.fingerprint}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir()
+        tmp = self._new_folder(matrix.fingerprint)
         try:
-            values = np.ascontiguousarray(matrix.values)
-            np.save(tmp / "values.npy", values, allow_pickle=False)
-            index = matrix.index
-            np.savez(
-                tmp / "index.npz",
-                date_levels=np.asarray(index.levels[0].to_numpy(), dtype="datetime64"),
-                date_codes=index.codes[0],
-                code_levels=np.asarray(index.levels[1].astype(str), dtype=str),
-                code_codes=index.codes[1],
-            )
-            meta = {
-                "fingerprint": matrix.fingerprint,
-                "names": matrix.names,
-                "shape": list(matrix.shape),
-                "feature_set": spec.name if spec else None,
-                "spec": spec.as_dict() if spec else None,
-                "created": datetime.now(UTC).isoformat(),
-                "checksum_algorithm": CHECKSUM_ALGORITHM,
-                "checksums": {"values": checksum(values), "index": checksum((tmp / "index.npz").read_bytes())},
-            }
-            (tmp / "meta.json").write_text(json.dumps(_seal(meta)))
-            try:
-                os.rename(tmp, final)
-            except OSError:  # another process stored the same key first: theirs is identical
-                if not (final / "meta.json").is_file():
-                    raise
-                shutil.rmtree(tmp, ignore_errors=True)
+            np.save(tmp / "values.npy", np.ascontiguousarray(matrix.values), allow_pickle=False)
+            return self._finish(tmp, matrix, spec)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+    def build(
+        self, key: str, make: Callable[[Allocate], FeatureMatrix], spec: FeatureSetSpec | None = None
+    ) -> FeatureMatrix:
+        """``make(allocate)``, the matrix of fingerprint ``key`` built straight into a new entry's file,
+        stored under ``key`` (atomically) and returned as a read-only memory map of it.
+
+        ``allocate(shape)`` gives ``make`` a writable memory map of the entry's ``values.npy``; the build
+        writes it a chunk of rows at a time and drops each chunk's pages (:mod:`backtest.memory`), so the
+        matrix is never whole in this process's memory. An entry another process stored meanwhile is
+        identical: it is kept and read.
+        """
+        tmp = self._new_folder(key)
+        try:
+
+            def allocate(shape: tuple[int, int]) -> np.ndarray:
+                if not shape[0] * shape[1]:  # an empty file cannot be mapped
+                    return np.empty(shape, dtype=np.float32)
+                return np.lib.format.open_memmap(tmp / "values.npy", mode="w+", dtype=np.float32, shape=shape)
+
+            matrix = make(allocate)
+            if matrix.fingerprint != key:
+                raise ValueError(f"feature cache: built matrix {matrix.fingerprint} for the key {key}")
+            if not (tmp / "values.npy").is_file():
+                np.save(tmp / "values.npy", matrix.values, allow_pickle=False)
+            final = self._finish(tmp, matrix, spec)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        values = np.load(final / "values.npy", allow_pickle=False, mmap_mode="r")
+        return FeatureMatrix(values, matrix.names, matrix.index, matrix.fingerprint)
+
+    def _new_folder(self, key: str) -> Path:
+        """A new temporary folder for the entry ``key`` (renamed into place by :meth:`_finish`)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / f"{_TMP_PREFIX}{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        return tmp
+
+    def _finish(self, tmp: Path, matrix: FeatureMatrix, spec: FeatureSetSpec | None) -> Path:
+        """Write the index and meta.json (last) beside the values in ``tmp`` and rename it into place;
+        the entry's folder. Another process's entry of the same key, stored first, is kept."""
+        final = self.path(matrix.fingerprint)
+        index = matrix.index
+        np.savez(
+            tmp / "index.npz",
+            date_levels=np.asarray(index.levels[0].to_numpy(), dtype="datetime64"),
+            date_codes=index.codes[0],
+            code_levels=np.asarray(index.levels[1].astype(str), dtype=str),
+            code_codes=index.codes[1],
+        )
+        meta = {
+            "fingerprint": matrix.fingerprint,
+            "names": matrix.names,
+            "shape": list(matrix.shape),
+            "feature_set": spec.name if spec else None,
+            "spec": spec.as_dict() if spec else None,
+            "created": datetime.now(UTC).isoformat(),
+            "checksum_algorithm": CHECKSUM_ALGORITHM,
+            "checksums": {"values": checksum(matrix.values), "index": checksum((tmp / "index.npz").read_bytes())},
+        }
+        (tmp / "meta.json").write_text(json.dumps(_seal(meta)))
+        try:
+            os.rename(tmp, final)
+        except OSError:  # another process stored the same key first: theirs is identical
+            if not (final / "meta.json").is_file():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
         return final
 
     def entries(self) -> list[CacheEntry]:
@@ -247,7 +293,16 @@ def load_or_build_features(
     if cached is not None:
         log.info("features %r: loaded from cache %s in %.2f s", spec.name, key, time.perf_counter() - started)
         return cached, True
-    matrix = build_features(panel, spec, data_fingerprint=data_fingerprint, registry=registry, rows=rows)
-    cache.store(matrix, spec)
+
+    def build(allocate: Allocate | None = None) -> FeatureMatrix:
+        return build_features(
+            panel, spec, data_fingerprint=data_fingerprint, registry=registry, rows=rows, allocate=allocate
+        )
+
+    if cache.mmap:  # built into the entry's file, not held in memory
+        matrix = cache.build(key, build, spec)
+    else:
+        matrix = build()
+        cache.store(matrix, spec)
     log.info("features %r: stored in cache as %s", spec.name, key)
     return matrix, False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 
@@ -9,7 +10,9 @@ import numpy as np
 import pytest
 
 import backtest.features.build as build_module
+from backtest.data.synthetic import generate_market
 from backtest.features import FeatureCache, FeatureSetSpec, build_features, load_or_build_features
+from backtest.memory import read_rows, row_chunks
 
 SPEC = FeatureSetSpec(name="small", indicators=("ret_1d", "ret_5d", "mf_main_net_rate", "log_mv"))
 
@@ -79,8 +82,25 @@ def test_entries_and_clear(panel, tmp_path):
     assert not hit
 
 
-def test_an_interrupted_write_leaves_no_entry(panel, tmp_path, monkeypatch):
-    cache = FeatureCache(tmp_path)
+def test_a_miss_built_into_the_entrys_file_is_the_matrix_built_in_memory(panel, tmp_path):
+    """A memory-mapped cache builds a miss straight into the entry's file: the same values, the same file
+    as storing the matrix built in memory, read back mapped, and a hit afterwards."""
+    in_memory = build_features(panel, SPEC, data_fingerprint="d1")
+    mapped = FeatureCache(tmp_path / "mapped", mmap=True)
+    built, hit = load_or_build_features(panel, SPEC, mapped, data_fingerprint="d1")
+    assert not hit and isinstance(built.values, np.memmap) and not built.values.flags.writeable
+    assert built.values.tobytes() == in_memory.values.tobytes() and built.fingerprint == in_memory.fingerprint
+    assert built.index.equals(in_memory.index) and built.names == in_memory.names
+    stored = FeatureCache(tmp_path / "stored").store(in_memory, SPEC)
+    entry = tmp_path / "mapped" / built.fingerprint
+    assert (entry / "values.npy").read_bytes() == (stored / "values.npy").read_bytes()
+    again, hit = load_or_build_features(panel, SPEC, mapped, data_fingerprint="d1")
+    assert hit and again.values.tobytes() == in_memory.values.tobytes()
+
+
+@pytest.mark.parametrize("mmap", [False, True], ids=["in memory", "into the file"])
+def test_an_interrupted_write_leaves_no_entry(panel, tmp_path, monkeypatch, mmap):
+    cache = FeatureCache(tmp_path, mmap=mmap)
     import backtest.features.cache as cache_module
 
     def killed(*args, **kwargs):
@@ -163,3 +183,21 @@ def test_a_memory_mapped_load_checks_the_values_too(panel, tmp_path):
     _damage(tmp_path / stored.fingerprint, stored, "junk values")
     assert FeatureCache(tmp_path, mmap=True).load(stored.fingerprint) is None
     assert not (tmp_path / stored.fingerprint).exists()
+
+
+#: SHA-256 of the default market's default matrix (``features=all``; its bytes in row order), the matrix every
+#: recorded figure of benchmarks/README.md was measured on
+DEFAULT_MATRIX_SHA256 = "80389eaf2e02b370"
+
+
+@pytest.mark.slow
+def test_the_default_matrix_built_into_the_cache_keeps_its_bytes(tmp_path):
+    """The main job's matrix, built straight into a memory-mapped entry and read back from it, is the one
+    the benchmarks were measured on, bit for bit (the in-memory build is the same: the test above)."""
+    panel = generate_market()
+    matrix, hit = load_or_build_features(panel, FeatureSetSpec(), FeatureCache(tmp_path, mmap=True))
+    assert not hit and matrix.shape == (582_600, 285)
+    digest = hashlib.sha256()
+    for rows in row_chunks(len(matrix.values), matrix.values.strides[0]):
+        digest.update(read_rows(matrix.values, rows).tobytes())
+    assert digest.hexdigest()[:16] == DEFAULT_MATRIX_SHA256
