@@ -54,7 +54,7 @@ from scipy.signal import lfilter
 from backtest.data import tradability
 from backtest.data.calendar import exchange_calendar, recorded_span
 from backtest.data.panel import WideGrid
-from backtest.data.schema import MONEYFLOW_COLUMNS
+from backtest.data.schema import MONEYFLOW_COLUMNS, PRICE_COLUMNS
 from backtest.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -334,16 +334,8 @@ def simulate_market(config: SyntheticMarketConfig) -> SyntheticMarket:
 
 #: the panel's number columns, in their order (then ``industry``, ``in_universe``, ``is_suspended``)
 _NUMBER_COLUMNS: tuple[str, ...] = (
-    "open",
-    "high",
-    "low",
-    "close",
-    "volume",
-    "amount",
-    "up_limit",
-    "down_limit",
-    "total_mv",
-    "float_mv",
+    *PRICE_COLUMNS,
+    *("volume", "amount", "up_limit", "down_limit", "total_mv", "float_mv"),
     *MONEYFLOW_COLUMNS,
 )
 
