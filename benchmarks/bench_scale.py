@@ -1,71 +1,108 @@
-"""Benchmark: how one backtest's time and memory grow with the universe and the history.
+"""Benchmark: how the main job's time and memory grow with the universe.
 
-    .venv/bin/python benchmarks/bench_scale.py                 # the three sizes below (about 15 min on 2 cores)
-    .venv/bin/python benchmarks/bench_scale.py --sizes 460:300:2018 1500:1000:2018
+    .venv/bin/python benchmarks/bench_scale.py                 # 300, 1,000, 5,000 and 2,000 members (over an hour on 2 cores)
+    .venv/bin/python benchmarks/bench_scale.py --sizes 460:300:2018 1500:1000:2018 --out scale.json
 
-Each size is ``n_stocks:n_members:first year`` of the synthetic market (to 2025-12-31), run through the
-main job (:func:`e2e.run_main_job`: a fresh process, cold cache, its own SQLite store) with quarterly
-retraining every 120 days (``backtest.retrain_every=120``: 5 folds over the two test years) and otherwise the
-defaults (``features=all``, the 500-day window, the whole-list LambdaRank, baselines on). Printed per
-size: the folds, wall time, peak RSS and the stage timings; then
-each stage's growth factor between the sizes. benchmarks/README.md ("Scale") records them.
+Each size is ``n_stocks:n_members:first year`` of the synthetic market (to 2025-12-31; ``data=synthetic_all``
+is 7500:5000), run through the main job (:func:`e2e.run_main_job`: a fresh process, cold cache, its own
+SQLite store) on the main job's schedule (25 monthly folds over the two test years; ``--retrain-every``
+changes it) and otherwise the defaults. Printed per size: wall time, peak RSS against the float32 feature
+matrix, the stage timings and rank IC; then each stage's growth exponent, the slope of log(seconds) on
+log(members) over the sizes from ``--exponent-from`` members up (1,000 by default).
+benchmarks/README.md ("Scale") records them.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
+from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 
 from e2e import run_main_job
 
-SIZES = ["460:300:2018", "1500:1000:2018", "460:300:2021"]
+SIZES = ["460:300:2018", "1500:1000:2018", "7500:5000:2018", "3000:2000:2018"]
 STAGES = ("audit_s", "features_s", "binning_s", "folds_s", "baselines_s", "portfolio_s", "record_s")
+
+
+def exponents(rows: list[dict], first: int) -> dict[str, float]:
+    """Each stage's (and the wall's) slope of log(seconds) on log(members), over the sizes of ``first`` up.
+
+    >>> exponents([{"members": 1000, "wall_s": 10.0, "stages": {"folds_s": 5.0}},
+    ...            {"members": 4000, "wall_s": 40.0, "stages": {"folds_s": 80.0}}], 1000)
+    {'wall': 1.0, 'folds': 2.0}
+    """
+    used = [r for r in rows if r["members"] >= first]
+    if len(used) < 2:
+        return {}
+    x = np.log([r["members"] for r in used])
+    out = {"wall": float(np.polyfit(x, np.log([r["wall_s"] for r in used]), 1)[0])}
+    for stage in STAGES:
+        seconds = [r["stages"].get(stage, float("nan")) for r in used]
+        if all(np.isfinite(seconds)) and min(seconds) > 0:
+            out[stage[:-2]] = float(np.polyfit(x, np.log(seconds), 1)[0])
+    return {k: round(v, 2) for k, v in out.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", nargs="+", default=SIZES, help="n_stocks:n_members:first_year")
-    parser.add_argument("--retrain-every", type=int, default=120)
+    parser.add_argument("--retrain-every", type=int, default=None, help="default: the main job's (monthly)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides for every size")
+    parser.add_argument("--exponent-from", type=int, default=1000, help="fit the exponents from this many members up")
+    parser.add_argument("--out", type=Path, default=None, help="write the rows and exponents as JSON here")
     args = parser.parse_args()
-    rows = []
+    rows: list[dict] = []
     for size in args.sizes:
         stocks, members, year = size.split(":")
-        job = run_main_job(
-            [
-                f"data.n_stocks={stocks}",
-                f"data.n_members={members}",
-                f"data.start={year}-01-01",
-                f"backtest.retrain_every={args.retrain_every}",
-            ]
-        )
+        overrides = [f"data.n_stocks={stocks}", f"data.n_members={members}", f"data.start={year}-01-01", *args.set]
+        if args.retrain_every:
+            overrides.append(f"backtest.retrain_every={args.retrain_every}")
+        job = run_main_job(overrides, timeout_s=4 * 3600)
         if job.returncode != 0:
             print(job.output[-3000:])
             raise SystemExit(f"{size}: exit {job.returncode}")
-        rows.append((size, job))
         binned = re.search(r"BinnedPanel: (\d+) samples x (\d+) features binned in ([\d.]+)s", job.output)
         job.stages["binning_s"] = float(binned.group(3)) if binned else float("nan")  # inside folds_s
         samples, features = (int(binned.group(1)), int(binned.group(2))) if binned else (0, 0)
+        matrix_gib = samples * features * 4 / 2**30
+        row = {
+            "size": size,
+            "members": int(members),
+            "wall_s": job.wall_s,
+            "cpu_s": job.cpu_s,
+            "peak_rss_gib": job.peak_rss_gib,
+            "matrix_gib": matrix_gib,
+            "samples": samples,
+            "features": features,
+            "stages": job.stages,
+            "stage_peaks_gib": job.stage_peaks_gib,
+            "rank_ic": job.metrics.get("rank_ic_mean", float("nan")),
+            "rank_ic_se": job.metrics.get("rank_ic_se", float("nan")),
+            "n_folds": job.metrics.get("n_folds", float("nan")),
+            "fit_s_per_fold": job.fold_mean("fit_seconds"),
+            "load": job.load,
+        }
+        rows.append(row)
         stages = "  ".join(f"{k[:-2]} {job.stages.get(k, float('nan')):6.1f}" for k in STAGES)
         print(
-            f"{size:>15}  folds {job.metrics['n_folds']:.0f}  wall {job.wall_s:6.1f} s  peak RSS "
-            f"{job.peak_rss_gib:5.2f} GiB  samples {samples:,} ({samples * features * 4 / 2**30:.2f} GiB float32)  "
-            f"load {job.load:.2f}  |  {stages}  "
-            f"fit/fold {job.fold_mean('fit_seconds'):.1f} s  trees/fold {job.fold_mean('trees'):.0f}",
+            f"{size:>15}  folds {row['n_folds']:.0f}  wall {job.wall_s:7.1f} s  peak RSS {job.peak_rss_gib:5.2f} GiB "
+            f"({job.peak_rss_gib / matrix_gib if matrix_gib else float('nan'):.2f}x the {matrix_gib:.2f} GiB float32 "
+            f"matrix of {samples:,} rows)  rank IC {row['rank_ic']:+.4f}  load {job.load:.2f}  |  {stages}  "
+            f"fit/fold {row['fit_s_per_fold']:.1f} s",
             flush=True,
         )
-    base = rows[0][1]
-    for size, job in rows[1:]:
-        growth = "  ".join(
-            f"{k[:-2]} x{job.stages.get(k, 0) / max(base.stages.get(k, 1e-9), 1e-9):.2f}" for k in STAGES
-        )
-        print(
-            f"{size:>15} / {rows[0][0]}: wall x{job.wall_s / base.wall_s:.2f}  "
-            f"RSS x{job.peak_rss_gib / base.peak_rss_gib:.2f}  |  {growth}"
-        )
+        if args.out:  # after every size, so a long sweep cut short keeps what finished
+            args.out.write_text(json.dumps({"rows": rows, "exponents": exponents(rows, args.exponent_from)}, indent=2))
+    slopes = exponents(sorted(rows, key=lambda r: r["members"]), args.exponent_from)
+    if slopes:
+        print(f"growth exponents from {args.exponent_from:,} members up: " + "  ".join(f"{k} {v:.2f}" for k, v in slopes.items()))
 
 
 if __name__ == "__main__":
