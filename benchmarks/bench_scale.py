@@ -1,6 +1,6 @@
 """Benchmark: how the main job's time and memory grow with the universe.
 
-    .venv/bin/python benchmarks/bench_scale.py                 # 300, 1,000, 5,000 and 2,000 members (over an hour on 2 cores)
+    .venv/bin/python benchmarks/bench_scale.py                 # 300, 1,000, 5,000 and 2,000 members (an hour)
     .venv/bin/python benchmarks/bench_scale.py --sizes 460:300:2018 1500:1000:2018 --out scale.json
 
 Each size is ``n_stocks:n_members:first year`` of the synthetic market (to 2025-12-31; ``data=synthetic_all``
@@ -102,7 +102,10 @@ def main() -> None:
             args.out.write_text(json.dumps({"rows": rows, "exponents": exponents(rows, args.exponent_from)}, indent=2))
     slopes = exponents(sorted(rows, key=lambda r: r["members"]), args.exponent_from)
     if slopes:
-        print(f"growth exponents from {args.exponent_from:,} members up: " + "  ".join(f"{k} {v:.2f}" for k, v in slopes.items()))
+        print(
+            f"growth exponents from {args.exponent_from:,} members up: "
+            + "  ".join(f"{k} {v:.2f}" for k, v in slopes.items())
+        )
 
 
 if __name__ == "__main__":

@@ -171,7 +171,10 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides for every run")
     parser.add_argument("--jsonl", type=Path, default=None, help="append each finished market seed here")
     parser.add_argument(
-        "--runs", type=Path, default=None, help="append each finished backtest here; backtests already in it are not rerun"
+        "--runs",
+        type=Path,
+        default=None,
+        help="append each finished backtest here; backtests already in it are not rerun",
     )
     parser.add_argument("--deadline-s", type=float, default=0.0, help="start no backtest after this many seconds")
     parser.add_argument("--summarise", type=Path, nargs="*", default=None, help="only summarise these JSONL files")

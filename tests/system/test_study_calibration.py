@@ -31,7 +31,10 @@ def test_the_calibration_counts_resolved_verdicts_over_market_seeds(tmp_path: Pa
     out, jsonl, runs = tmp_path / "calibration.json", tmp_path / "seeds.jsonl", tmp_path / "runs.jsonl"
     command = [sys.executable, str(SCRIPT), "--market-seeds", "2", "--threads", "2", "--set", *SMALL]
     subprocess.run(
-        [*command, "--jsonl", str(jsonl), "--runs", str(runs), "--out", str(out)], check=True, capture_output=True, cwd=ROOT
+        [*command, "--jsonl", str(jsonl), "--runs", str(runs), "--out", str(out)],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
     )
     result = json.loads(out.read_text())
     assert result["n_market_seeds"] == 2 and 100 <= result["test_days"] <= 130
