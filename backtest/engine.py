@@ -37,6 +37,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -55,13 +56,16 @@ from backtest.features.registry import FeatureRegistry
 from backtest.features.sets import FeatureSetSpec, select_by_gain
 from backtest.labels import Labels, LabelSpec, forward_horizons, forward_returns, make_labels
 from backtest.leakage import GuardStatus, LeakageRecord, fold_rows, leak_guard_status, not_comparable_reasons
-from backtest.memory import drop_pages
+from backtest.memory import drop_pages, file_identity, sees_file
 from backtest.metrics import daily_ic, daily_ranking_quality, headline_metrics, ndcg_at_k, rank_ic_mean
 from backtest.portfolio import PortfolioResult, PortfolioSpec, check_universe, return_days, simulate
 from backtest.splits import Fold, RollingSchedule
 from backtest.stop import raise_if_stopped
 from models.base import LEVEL_PROCESSINGS, Ranker
 from models.data import RankingData
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 log = logging.getLogger(__name__)
 
@@ -705,23 +709,43 @@ def _run_folds(
     todo = [f for f in folds if f.fold not in done]
     token = uuid.uuid4().hex  # this backtest: a worker prepares its ranker once for it
 
-    def run(parallel: Parallel) -> dict[int, FoldOutcome]:
+    def run(parallel: Parallel, samples: RankingData, data: RankingData) -> dict[int, FoldOutcome]:
         computed = parallel(
             delayed(_stateless_fold)(factory, samples, data, f, labels, index, history_end, ndcg, token) for f in todo
         )
         return {o.fold: o for o in map(emit, computed)}
 
     if options.backend == "dask":
-        # broadcast to every worker once; joblib's dask backend then passes their futures, not the data
-        with (
-            _dask_client(options.scheduler) as client,
-            parallel_config(backend="dask", client=client, scatter=[samples, data, labels, index]),
-        ):
-            results = run(Parallel(n_jobs=options.n_jobs, return_as="generator"))
+        with _dask_client(options.scheduler) as client:
+            shipped = _ship_to_workers(client, samples, data)
+            # broadcast to every worker once; joblib's dask backend then passes their futures, not the data
+            with parallel_config(backend="dask", client=client, scatter=[*shipped, labels, index]):
+                results = run(Parallel(n_jobs=options.n_jobs, return_as="generator"), *shipped)
     else:
-        results = run(Parallel(n_jobs=options.n_jobs, backend=options.backend, return_as="generator"))
+        results = run(Parallel(n_jobs=options.n_jobs, backend=options.backend, return_as="generator"), samples, data)
     for fold in folds:
         yield done[fold.fold] if fold.fold in done else results[fold.fold]
+
+
+def _ship_to_workers(client: Client, samples: RankingData, data: RankingData) -> tuple[RankingData, RankingData]:
+    """What the Dask workers get of the feature matrix: when it is a memory map of its cache file and every
+    worker sees that file (the same path, size and modification time: workers on this machine, or on a
+    shared filesystem), a reference to the file, so that the workers map its pages from the page cache
+    they share instead of each receiving and holding a copy of the matrix (``backtest.memory.by_file``).
+    Otherwise the matrix itself. Both give the workers the same values."""
+    found = file_identity(data.root().__dict__["X"])
+    if found is not None:
+        seen = client.run(sees_file, *found)
+        if seen and all(seen.values()):
+            log.info("Dask: the %d workers map the feature matrix from %s", len(seen), found[0])
+            return samples.by_file(), data.by_file()
+        log.info(
+            "Dask: %d of %d workers do not see %s; the matrix is sent",
+            list(seen.values()).count(False),
+            len(seen),
+            found[0],
+        )
+    return samples, data
 
 
 def _ranking_data(matrix: FeatureMatrix, relevance: pd.Series, processing: str) -> tuple[RankingData, RankingData]:

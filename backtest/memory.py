@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
@@ -66,6 +67,66 @@ def _file_map(values: np.ndarray) -> np.memmap | None:
             return array if array.mode in _SHARED_MODES else None
         array = array.base
     return None
+
+
+class _FileRows(np.ndarray):
+    """A view of a file-backed matrix that pickles as its file's path, byte offset, dtype and shape, not
+    as its bytes, and unpickles as a read-only memory map of the same rows (:func:`by_file`)."""
+
+    _file: tuple[str, int]
+
+    def __reduce__(self):  # type: ignore[override]
+        path, offset = self._file
+        return (open_rows, (path, offset, self.dtype.str, self.shape))
+
+    def __reduce_ex__(self, protocol):  # type: ignore[override]
+        return self.__reduce__()  # ndarray's own __reduce_ex__ would ship the bytes
+
+
+def by_file(values: np.ndarray) -> np.ndarray:
+    """``values``, pickling as a reference to its file when they are file-backed (:func:`file_backed`);
+    any other array is returned as it is. For processes that see the same file (workers on this machine,
+    or on a shared filesystem: :func:`file_identity`, :func:`sees_file`), which then map the rows from
+    the page cache that every process shares instead of each holding a copy of them.
+
+    >>> import pickle, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.npy")
+    >>> np.save(path, np.arange(12, dtype=np.float32).reshape(4, 3))
+    >>> m = np.load(path, mmap_mode="r")
+    >>> shipped = pickle.dumps(by_file(np.asarray(m)[1:]))
+    >>> len(shipped) < 200, pickle.loads(shipped).tolist()
+    (True, [[3.0, 4.0, 5.0], [6.0, 7.0, 8.0], [9.0, 10.0, 11.0]])
+    """
+    found = _file_map(values) if file_backed(values) else None
+    if found is None:
+        return values
+    view = values.view(_FileRows)
+    view._file = (os.path.abspath(found.filename), int(found.offset) + values.ctypes.data - found.ctypes.data)
+    return view
+
+
+def open_rows(path: str, offset: int, dtype: str, shape: tuple[int, ...]) -> np.memmap:
+    """The rows :func:`by_file` refers to: a read-only memory map of ``path`` from byte ``offset``."""
+    return np.memmap(path, dtype=np.dtype(dtype), mode="r", offset=offset, shape=tuple(shape))
+
+
+def file_identity(values: np.ndarray) -> tuple[str, int, int] | None:
+    """(path, size, modification time in ns) of the file ``values`` map, None when not file-backed."""
+    found = _file_map(values) if file_backed(values) else None
+    if found is None:
+        return None
+    path = os.path.abspath(found.filename)
+    stat = os.stat(path)
+    return path, stat.st_size, stat.st_mtime_ns
+
+
+def sees_file(path: str, size: int, mtime_ns: int) -> bool:
+    """True when this process sees ``path`` with that size and modification time (:func:`file_identity`)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return False
+    return stat.st_size == size and stat.st_mtime_ns == mtime_ns
 
 
 def drop_pages(values: np.ndarray, start: int = 0, stop: int | None = None) -> None:

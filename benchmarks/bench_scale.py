@@ -9,7 +9,11 @@ SQLite store) on the main job's schedule (25 monthly folds over the two test yea
 changes it) and otherwise the defaults. Printed per size: wall time, peak RSS against the float32 feature
 matrix, the stage timings and rank IC; then each stage's growth exponent, the slope of log(seconds) on
 log(members) over the sizes from ``--exponent-from`` members up (1,000 by default).
-benchmarks/README.md ("Scale") records them.
+
+``--dask-workers W --dask-threads T`` runs every size's folds on a ``distributed.LocalCluster`` of W worker
+processes of T threads (``engine.backend=dask``, LightGBM on T threads a worker), started fresh for each
+size; the workers' peak resident memory (their summed RSS, sampled every second) is printed beside the
+CLI's own. benchmarks/README.md ("Scale") records them.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from e2e import run_main_job
+from e2e import MainJob, run_main_job
 
 SIZES = ["460:300:2018", "1500:1000:2018", "7500:5000:2018", "3000:2000:2018"]
 STAGES = ("audit_s", "features_s", "binning_s", "folds_s", "baselines_s", "portfolio_s", "record_s")
@@ -50,6 +54,63 @@ def exponents(rows: list[dict], first: int) -> dict[str, float]:
     return {k: round(v, 2) for k, v in out.items()}
 
 
+def _keep_worker_log() -> None:
+    """On a worker: keep the INFO lines of ``models`` (the binning's) for :func:`_worker_log`."""
+    import logging
+
+    lines: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("models")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    logging.bench_scale_lines = lines  # type: ignore[attr-defined]
+
+
+def _worker_log() -> str:
+    import logging
+
+    return "\n".join(getattr(logging, "bench_scale_lines", []))
+
+
+def run_on_local_cluster(overrides: list[str], workers: int, threads: int, timeout_s: float) -> tuple[MainJob, float]:
+    """The main job with its folds on a fresh LocalCluster; returns it and the workers' peak summed RSS (GiB)."""
+    import threading
+
+    import psutil
+    from distributed import Client, LocalCluster
+
+    # no memory limit: a worker holds the broadcast matrix (about twice the float32 matrix) and must neither
+    # spill it to disk nor be paused for it
+    with (
+        LocalCluster(n_workers=workers, threads_per_worker=threads, memory_limit=0, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        pids = list(client.run(os.getpid).values())
+        client.run(_keep_worker_log)
+        peak, done = [0.0], threading.Event()
+
+        def sample() -> None:
+            while not done.wait(1.0):
+                total = 0
+                for pid in pids:
+                    try:
+                        total += psutil.Process(pid).memory_info().rss
+                    except psutil.NoSuchProcess:
+                        pass
+                peak[0] = max(peak[0], total / 2**30)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        dask = ["engine.backend=dask", f"engine.scheduler={cluster.scheduler_address}", "engine.n_jobs=-1"]
+        job = run_main_job([*overrides, *dask, f"model.config.num_threads={threads}"], timeout_s=timeout_s)
+        done.set()
+        sampler.join()
+        # each worker bins once, at the same time as the others: the binning lines come from the workers
+        job.output += "\n" + "\n".join(client.run(_worker_log).values())
+    return job, peak[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", nargs="+", default=SIZES, help="n_stocks:n_members:first_year")
@@ -57,6 +118,8 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides for every size")
     parser.add_argument("--exponent-from", type=int, default=1000, help="fit the exponents from this many members up")
     parser.add_argument("--out", type=Path, default=None, help="write the rows and exponents as JSON here")
+    parser.add_argument("--dask-workers", type=int, default=0, help="folds on a LocalCluster of this many workers")
+    parser.add_argument("--dask-threads", type=int, default=1, help="threads of each LocalCluster worker")
     args = parser.parse_args()
     rows: list[dict] = []
     for size in args.sizes:
@@ -64,7 +127,11 @@ def main() -> None:
         overrides = [f"data.n_stocks={stocks}", f"data.n_members={members}", f"data.start={year}-01-01", *args.set]
         if args.retrain_every:
             overrides.append(f"backtest.retrain_every={args.retrain_every}")
-        job = run_main_job(overrides, timeout_s=4 * 3600)
+        workers_peak = float("nan")
+        if args.dask_workers:
+            job, workers_peak = run_on_local_cluster(overrides, args.dask_workers, args.dask_threads, 4 * 3600)
+        else:
+            job = run_main_job(overrides, timeout_s=4 * 3600)
         if job.returncode != 0:
             print(job.output[-3000:])
             raise SystemExit(f"{size}: exit {job.returncode}")
@@ -78,6 +145,8 @@ def main() -> None:
             "wall_s": job.wall_s,
             "cpu_s": job.cpu_s,
             "peak_rss_gib": job.peak_rss_gib,
+            "workers_peak_rss_gib": workers_peak,
+            "dask": f"{args.dask_workers}x{args.dask_threads}" if args.dask_workers else None,
             "matrix_gib": matrix_gib,
             "samples": samples,
             "features": features,
@@ -94,7 +163,9 @@ def main() -> None:
         print(
             f"{size:>15}  folds {row['n_folds']:.0f}  wall {job.wall_s:7.1f} s  peak RSS {job.peak_rss_gib:5.2f} GiB "
             f"({job.peak_rss_gib / matrix_gib if matrix_gib else float('nan'):.2f}x the {matrix_gib:.2f} GiB float32 "
-            f"matrix of {samples:,} rows)  rank IC {row['rank_ic']:+.4f}  load {job.load:.2f}  |  {stages}  "
+            f"matrix of {samples:,} rows)"
+            + (f"  workers {workers_peak:.2f} GiB" if args.dask_workers else "")
+            + f"  rank IC {row['rank_ic']:+.4f}  load {job.load:.2f}  |  {stages}  "
             f"fit/fold {row['fit_s_per_fold']:.1f} s",
             flush=True,
         )

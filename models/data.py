@@ -41,6 +41,7 @@ its ``label_end``. Purging training rows whose label is not yet known is the spl
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -49,7 +50,7 @@ import pandas as pd
 
 from backtest.data.panel import WideGrid
 from backtest.errors import DataContractError, preview
-from backtest.memory import read_rows
+from backtest.memory import by_file, read_rows
 
 
 class _Gather:
@@ -350,6 +351,16 @@ class RankingData:
             rows=idx,
             parent=self,
         )
+
+    def by_file(self) -> RankingData:
+        """A copy of this data whose feature values, and those of its lineage, pickle as references to
+        their file when they are file-backed (:func:`backtest.memory.by_file`); the same values, read
+        by a process that sees the file without copying its bytes into the pickle."""
+        x = self.__dict__["X"]
+        shipped = copy.copy(self)
+        x = _Gather(by_file(x.source), x.rows) if isinstance(x, _Gather) else by_file(x)
+        shipped.__dict__.update(X=x, parent=None if self.parent is None else self.parent.by_file())
+        return shipped
 
     def root(self) -> RankingData:
         """The RankingData at the top of this one's lineage (itself when it was not ``take``-n)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from backtest.errors import ConfigError, FeatureAuditError
 from backtest.features.registry import default_registry
 from backtest.features.sets import FeatureSetSpec
 from backtest.labels import LabelSpec
-from backtest.memory import file_backed
+from backtest.memory import file_backed, file_identity, sees_file
 from backtest.metrics import HEADLINE_KEYS, INDEX_KEYS, ndcg_at_k
 from backtest.portfolio import PortfolioSpec
 from backtest.record import value_drift
@@ -150,6 +151,48 @@ def test_folds_on_a_dask_cluster_equal_the_in_process_run_bitwise(
     assert on_cluster.metrics.keys() == result.metrics.keys()
     for key, value in result.metrics.items():
         assert on_cluster.metrics[key] == value or (np.isnan(value) and np.isnan(on_cluster.metrics[key])), key
+
+
+def test_dask_workers_on_this_machine_map_the_cached_matrix_from_its_file(
+    result, tiny_panel, monkeypatch, tmp_path: Path
+) -> None:
+    """With the feature cache, workers that see its file get a reference to it, not the matrix's bytes:
+    what is scattered unpickles as a memory map of the file and pickles to less than the same data sent by
+    value by the whole matrix; every score is the same."""
+    distributed = pytest.importorskip("distributed")
+    sizes: dict[str, tuple[int, int, int]] = {}
+    real_scatter = distributed.Client.scatter
+
+    def spy(self, data, *args, **kwargs):
+        for name, x in zip(("samples", "data"), data[:2]):
+            shipped = pickle.dumps(x, protocol=5)
+            received = pickle.loads(shipped)
+            assert file_backed(received.root().X)
+            by_value = pickle.dumps(received, protocol=5)  # a memory map pickles its bytes
+            sizes[name] = (len(shipped), len(by_value), x.root().X.nbytes)
+        return real_scatter(self, data, *args, **kwargs)
+
+    monkeypatch.setattr(distributed.Client, "scatter", spy)
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        on_cluster = backtest(
+            tiny_panel, backend="dask", scheduler=cluster.scheduler_address, n_jobs=-1, feature_cache_dir=tmp_path
+        )
+    assert file_backed(on_cluster.features.values)
+    assert sizes.keys() == {"samples", "data"}
+    for name, (shipped, by_value, matrix) in sizes.items():
+        assert matrix > 1_000_000 and shipped + 0.95 * matrix < by_value, (name, shipped, by_value, matrix)
+    pd.testing.assert_series_equal(on_cluster.scores, result.scores, check_exact=True)
+
+
+def test_a_file_is_seen_only_with_its_size_and_time(tmp_path: Path) -> None:
+    path = tmp_path / "m.npy"
+    np.save(path, np.ones((3, 2), dtype=np.float32))
+    found = file_identity(np.load(path, mmap_mode="r"))
+    assert found is not None and found[0] == str(path) and sees_file(*found)
+    assert not sees_file(found[0], found[1] + 1, found[2]) and not sees_file(str(tmp_path / "x.npy"), *found[1:])
+    assert file_identity(np.ones((3, 2), dtype=np.float32)) is None
 
 
 def test_dask_without_a_scheduler_or_with_a_silent_one_is_refused_before_the_features(tiny_panel, monkeypatch) -> None:
