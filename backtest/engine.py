@@ -621,6 +621,7 @@ def _stateless_fold(
         _WORKER.key, _WORKER.ranker, _WORKER.samples = None, None, None  # free the previous one first
         ranker = factory()
         ranker.prepare(samples, history_end=history_end)
+        release_freed_memory("binning")  # as the in-process loop does: the binning's temporaries
         _WORKER.key, _WORKER.ranker, _WORKER.samples = key, ranker, samples  # samples held: the id stays its
     return _fit_predict(_WORKER.ranker, samples, data, fold, labels, index, ndcg)
 

@@ -42,6 +42,8 @@ its ``label_end``. Purging training rows whose label is not yet known is the spl
 from __future__ import annotations
 
 import copy
+import uuid
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -51,6 +53,9 @@ import pandas as pd
 from backtest.data.panel import WideGrid
 from backtest.errors import DataContractError, preview
 from backtest.memory import by_file, read_rows
+
+#: RankingData -> its Dask token (:meth:`RankingData.__dask_tokenize__`), for as long as it lives
+_DASK_TOKENS: weakref.WeakKeyDictionary[RankingData, str] = weakref.WeakKeyDictionary()
 
 
 class _Gather:
@@ -352,14 +357,27 @@ class RankingData:
             parent=self,
         )
 
+    def __dask_tokenize__(self) -> str:
+        """Dask's token of this object (the key it is scattered under): one of its own, drawn once, so
+        that Dask does not read ``X`` to hash it, which would copy a lazy ``take`` out of its source."""
+        return _DASK_TOKENS.setdefault(self, uuid.uuid4().hex)
+
     def by_file(self) -> RankingData:
-        """A copy of this data whose feature values, and those of its lineage, pickle as references to
-        their file when they are file-backed (:func:`backtest.memory.by_file`); the same values, read
-        by a process that sees the file without copying its bytes into the pickle."""
-        x = self.__dict__["X"]
+        """A copy of this data whose feature values pickle as a reference to their file when the root of
+        its lineage is file-backed (:func:`backtest.memory.by_file`): a process that sees the file reads
+        the same values from it instead of receiving their bytes. A ``take``-n data refers to its rows of
+        the root's file, even where its own values were already copied out of it (a read of ``X``)."""
+        root = self.root()
+        source = by_file(root.__dict__["X"])
+        if source is root.__dict__["X"]:  # not file-backed: the values themselves
+            return self
         shipped = copy.copy(self)
-        x = _Gather(by_file(x.source), x.rows) if isinstance(x, _Gather) else by_file(x)
-        shipped.__dict__.update(X=x, parent=None if self.parent is None else self.parent.by_file())
+        if self.parent is None:
+            shipped.__dict__["X"] = source
+        else:
+            rows = self.rows_in(root)
+            assert rows is not None  # root is in the lineage by construction
+            shipped.__dict__.update(X=_Gather(source, rows), parent=self.parent.by_file())
         return shipped
 
     def root(self) -> RankingData:
