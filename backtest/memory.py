@@ -96,18 +96,49 @@ def by_file(values: np.ndarray) -> np.ndarray:
     >>> shipped = pickle.dumps(by_file(np.asarray(m)[1:]))
     >>> len(shipped) < 200, pickle.loads(shipped).tolist()
     (True, [[3.0, 4.0, 5.0], [6.0, 7.0, 8.0], [9.0, 10.0, 11.0]])
+    >>> pickle.loads(pickle.dumps(by_file(m[3:]))).tolist()  # a slice of the memory map itself
+    [[9.0, 10.0, 11.0]]
     """
     found = _file_map(values) if file_backed(values) else None
     if found is None:
         return values
     view = values.view(_FileRows)
-    view._file = (os.path.abspath(found.filename), int(found.offset) + values.ctypes.data - found.ctypes.data)
+    view._file = (os.path.abspath(found.filename), _file_offset(values, found))
     return view
 
 
+def _file_offset(values: np.ndarray, found: np.memmap) -> int:
+    """The byte of ``found``'s file where ``values`` (a view of its memory) begin. ``np.memmap`` maps the
+    file from ``offset`` rounded down to the allocation granularity, and a slice of a memory map keeps its
+    parent's ``offset``, so the position is taken from the mapping's own start."""
+    mapped_from = int(found.offset) - int(found.offset) % mmap.ALLOCATIONGRANULARITY
+    start = np.frombuffer(found._mmap, dtype=np.uint8).ctypes.data
+    return mapped_from + values.ctypes.data - start
+
+
+class _FileMap(np.memmap):
+    """A read-only memory map opened by :func:`open_rows`; it pickles as a reference to its file again
+    (another process that receives it, a Dask worker passing it to another, sends no bytes)."""
+
+    def __reduce_ex__(self, protocol):  # type: ignore[override]
+        shipped = by_file(self)
+        if shipped is self:  # not C-contiguous: the values themselves
+            return np.array(self).__reduce_ex__(protocol)
+        return shipped.__reduce__()
+
+
 def open_rows(path: str, offset: int, dtype: str, shape: tuple[int, ...]) -> np.memmap:
-    """The rows :func:`by_file` refers to: a read-only memory map of ``path`` from byte ``offset``."""
-    return np.memmap(path, dtype=np.dtype(dtype), mode="r", offset=offset, shape=tuple(shape))
+    """The rows :func:`by_file` refers to: a read-only memory map of ``path`` from byte ``offset``.
+
+    >>> import pickle, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.npy")
+    >>> np.save(path, np.arange(12, dtype=np.float32).reshape(4, 3))
+    >>> m = open_rows(path, 128, "<f4", (4, 3))
+    >>> again = pickle.dumps(m[2:])  # a slice of it, passed on
+    >>> len(again) < 200, pickle.loads(again).tolist(), file_backed(pickle.loads(again))
+    (True, [[6.0, 7.0, 8.0], [9.0, 10.0, 11.0]], True)
+    """
+    return _FileMap(path, dtype=np.dtype(dtype), mode="r", offset=offset, shape=tuple(shape))
 
 
 def file_identity(values: np.ndarray) -> tuple[str, int, int] | None:
