@@ -54,23 +54,28 @@ def exponents(rows: list[dict], first: int) -> dict[str, float]:
     return {k: round(v, 2) for k, v in out.items()}
 
 
+#: the name of the log handler that keeps a worker's binning lines (:func:`_keep_worker_log`)
+WORKER_LOG = "bench_scale"
+
+
 def _keep_worker_log() -> None:
     """On a worker: keep the INFO lines of ``models`` (the binning's) for :func:`_worker_log`."""
     import logging
 
-    lines: list[str] = []
     handler = logging.Handler(logging.INFO)
-    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    handler.set_name(WORKER_LOG)
+    handler.lines = []  # type: ignore[attr-defined]
+    handler.emit = lambda record: handler.lines.append(record.getMessage())  # type: ignore[attr-defined,method-assign]
     logger = logging.getLogger("models")
     logger.setLevel(logging.INFO)
     logger.addHandler(handler)
-    logging.bench_scale_lines = lines  # type: ignore[attr-defined]
 
 
 def _worker_log() -> str:
     import logging
 
-    return "\n".join(getattr(logging, "bench_scale_lines", []))
+    kept = [h for h in logging.getLogger("models").handlers if h.get_name() == WORKER_LOG]
+    return "\n".join(line for h in kept for line in h.lines)  # type: ignore[attr-defined]
 
 
 def run_on_local_cluster(overrides: list[str], workers: int, threads: int, timeout_s: float) -> tuple[MainJob, float]:
@@ -80,8 +85,8 @@ def run_on_local_cluster(overrides: list[str], workers: int, threads: int, timeo
     import psutil
     from distributed import Client, LocalCluster
 
-    # no memory limit: a worker holds the broadcast matrix (about twice the float32 matrix) and must neither
-    # spill it to disk nor be paused for it
+    # no memory limit: a worker's resident memory counts the pages of the feature matrix it maps (or, when it
+    # cannot see the cache file, the copy it is sent); Dask must neither spill nor pause it for them
     with (
         LocalCluster(n_workers=workers, threads_per_worker=threads, memory_limit=0, dashboard_address=None) as cluster,
         Client(cluster) as client,
