@@ -11,9 +11,10 @@ matrix, the stage timings and rank IC; then each stage's growth exponent, the sl
 log(members) over the sizes from ``--exponent-from`` members up (1,000 by default).
 
 ``--dask-workers W --dask-threads T`` runs every size's folds on a ``distributed.LocalCluster`` of W worker
-processes of T threads (``engine.backend=dask``, LightGBM on T threads a worker), started fresh for each
-size; the workers' peak resident memory (their summed RSS, sampled every second) is printed beside the
-CLI's own. benchmarks/README.md ("Scale") records them.
+processes of T threads (``engine.backend=dask``; each fold's LightGBM on ``--fit-threads`` threads, T by
+default, so that T x fit-threads x W matches the cores), started fresh for each size; the workers' peak
+resident memory (their summed RSS, sampled every second) is printed beside the CLI's own.
+benchmarks/README.md ("Scale") records them.
 """
 
 from __future__ import annotations
@@ -78,8 +79,11 @@ def _worker_log() -> str:
     return "\n".join(line for h in kept for line in h.lines)  # type: ignore[attr-defined]
 
 
-def run_on_local_cluster(overrides: list[str], workers: int, threads: int, timeout_s: float) -> tuple[MainJob, float]:
-    """The main job with its folds on a fresh LocalCluster; returns it and the workers' peak summed RSS (GiB)."""
+def run_on_local_cluster(
+    overrides: list[str], workers: int, threads: int, fit_threads: int, timeout_s: float
+) -> tuple[MainJob, float]:
+    """The main job with its folds on a fresh LocalCluster of ``workers`` x ``threads`` (each fold's LightGBM on
+    ``fit_threads``); returns it and the workers' peak summed RSS (GiB)."""
     import threading
 
     import psutil
@@ -108,7 +112,7 @@ def run_on_local_cluster(overrides: list[str], workers: int, threads: int, timeo
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         dask = ["engine.backend=dask", f"engine.scheduler={cluster.scheduler_address}", "engine.n_jobs=-1"]
-        job = run_main_job([*overrides, *dask, f"model.config.num_threads={threads}"], timeout_s=timeout_s)
+        job = run_main_job([*overrides, *dask, f"model.config.num_threads={fit_threads}"], timeout_s=timeout_s)
         done.set()
         sampler.join()
         # each worker bins once, at the same time as the others: the binning lines come from the workers
@@ -125,7 +129,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="write the rows and exponents as JSON here")
     parser.add_argument("--dask-workers", type=int, default=0, help="folds on a LocalCluster of this many workers")
     parser.add_argument("--dask-threads", type=int, default=1, help="threads of each LocalCluster worker")
+    parser.add_argument("--fit-threads", type=int, default=0, help="LightGBM threads a fold (--dask-threads)")
     args = parser.parse_args()
+    fit_threads = args.fit_threads or args.dask_threads
     rows: list[dict] = []
     for size in args.sizes:
         stocks, members, year = size.split(":")
@@ -134,7 +140,8 @@ def main() -> None:
             overrides.append(f"backtest.retrain_every={args.retrain_every}")
         workers_peak = float("nan")
         if args.dask_workers:
-            job, workers_peak = run_on_local_cluster(overrides, args.dask_workers, args.dask_threads, 4 * 3600)
+            cluster = (args.dask_workers, args.dask_threads, fit_threads)
+            job, workers_peak = run_on_local_cluster(overrides, *cluster, 4 * 3600)
         else:
             job = run_main_job(overrides, timeout_s=4 * 3600)
         if job.returncode != 0:
@@ -151,7 +158,7 @@ def main() -> None:
             "cpu_s": job.cpu_s,
             "peak_rss_gib": job.peak_rss_gib,
             "workers_peak_rss_gib": workers_peak,
-            "dask": f"{args.dask_workers}x{args.dask_threads}" if args.dask_workers else None,
+            "dask": f"{args.dask_workers}x{args.dask_threads}, fits on {fit_threads}" if args.dask_workers else None,
             "matrix_gib": matrix_gib,
             "samples": samples,
             "features": features,
