@@ -8,6 +8,7 @@ Reading order (one module per concept, each step's tensor shape in the comments)
     CrossStockAttention  the day's stocks attend to each other        -> (days, stocks, d_model)
     MoERankingHead       routed experts per stock (+ load balancing)  -> (days, stocks, d_model)
     ScoreHead            one score per stock                          -> (days, stocks)
+    + linear path        (``linear_path``) a linear map of today's row added to the score
 
 Masked stocks (padding, missing members) are zeroed at the input, excluded as keys of the cross-stock
 attention and from the routing statistics, and get score 0: a masked stock cannot change another
@@ -51,6 +52,8 @@ class StockTransformerConfig:
     moe : a mixture of ``n_experts`` routed experts (``experts_per_stock`` of them mixed for each stock)
         as ranking head; False uses a single expert (the ablation baseline, no routing).
     n_experts, experts_per_stock, expert_hidden : the mixture; ``expert_hidden`` None -> ``2 * d_model``.
+    linear_path : add a linear map of each stock's latest row (the window's last day) to its score, a
+        wide-and-deep skip: the deep part then learns what the linear ranker misses. Starts at zero.
     max_attention_batch : sequences per temporal attention call are kept strictly below this bound
         (the kernel limit); larger batches are run in chunks.
     """
@@ -69,6 +72,7 @@ class StockTransformerConfig:
     n_experts: int = 4
     experts_per_stock: int = 2
     expert_hidden: int | None = None
+    linear_path: bool = False
     max_attention_batch: int = ATTENTION_BATCH_LIMIT
 
     def __post_init__(self) -> None:
@@ -350,6 +354,9 @@ class StockTransformer(nn.Module):
         self.cross = CrossStockAttention(cfg) if cfg.cross_stock else None
         self.head = MoERankingHead(cfg)
         self.score = ScoreHead(cfg)
+        self.linear = nn.Linear(cfg.n_features, 1, bias=False) if cfg.linear_path else None
+        if self.linear is not None:
+            nn.init.zeros_(self.linear.weight)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Scores (days, stocks), 0 where masked, and the MoE load-balancing loss (a scalar)."""
@@ -362,4 +369,6 @@ class StockTransformer(nn.Module):
             h = self.cross(h, mask)  # (days, stocks, d_model)
         h, aux = self.head(h, mask)  # (days, stocks, d_model), ()
         scores = self.score(h)  # (days, stocks)
+        if self.linear is not None:
+            scores = scores + self.linear(x[:, :, -1, :]).squeeze(-1)  # today's row: (days, stocks, features)
         return scores.masked_fill(~mask, 0.0), aux

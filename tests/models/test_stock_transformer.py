@@ -71,7 +71,9 @@ def test_shapes_and_masked_scores() -> None:
     assert network().temporal.encoder.layers[0].linear1.out_features == 4 * TINY.d_model
 
 
-@pytest.mark.parametrize("cfg", [TINY, replace(TINY, cross_stock=False), replace(TINY, moe=False)])
+@pytest.mark.parametrize(
+    "cfg", [TINY, replace(TINY, cross_stock=False), replace(TINY, moe=False), replace(TINY, linear_path=True)]
+)
 def test_a_masked_stock_never_changes_other_scores(cfg: StockTransformerConfig) -> None:
     net = network(cfg)
     x, mask = inputs()
@@ -86,6 +88,25 @@ def test_a_masked_stock_never_changes_other_scores(cfg: StockTransformerConfig) 
     with torch.no_grad():
         trimmed, _ = net(x[:1, :5], mask[:1, :5])
     torch.testing.assert_close(trimmed[0], before[0, :5], rtol=1e-5, atol=1e-6)
+
+
+def test_linear_path_adds_a_linear_map_of_todays_row_and_starts_at_zero() -> None:
+    x, mask = inputs()
+    deep, wide = network(TINY), network(replace(TINY, linear_path=True))
+    assert [n for n, _ in wide.named_parameters()] == [n for n, _ in deep.named_parameters()] + ["linear.weight"]
+    with torch.no_grad():
+        base, _ = deep(x, mask)
+        torch.testing.assert_close(wide(x, mask)[0], base, rtol=0, atol=0)  # the path starts at zero
+        w = torch.tensor([[0.5, -2.0, 3.0]])
+        wide.linear.weight.copy_(w)
+        scores, _ = wide(x, mask)
+        older = x.clone()
+        older[:, :, :-1] += 1.0  # the earlier days of the window move the deep part only
+        moved, _ = wide(older, mask)
+    expected = base + (x[:, :, -1, :] @ w[0]).masked_fill(~mask, 0.0)
+    torch.testing.assert_close(scores, expected, rtol=1e-5, atol=1e-6)
+    assert (scores[~mask] == 0).all()
+    torch.testing.assert_close(moved - deep(older, mask)[0].detach(), expected - base, rtol=1e-5, atol=1e-5)
 
 
 def test_cross_stock_switch_controls_interaction() -> None:
