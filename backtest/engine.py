@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -61,7 +61,7 @@ from backtest.metrics import daily_ic, daily_ranking_quality, headline_metrics, 
 from backtest.portfolio import PortfolioResult, PortfolioSpec, check_universe, return_days, simulate
 from backtest.splits import Fold, RollingSchedule
 from backtest.stop import raise_if_stopped
-from models.base import LEVEL_PROCESSINGS, Ranker
+from models.base import LEVEL_PROCESSINGS, Ranker, share_prepared
 from models.data import RankingData
 
 if TYPE_CHECKING:
@@ -609,18 +609,22 @@ def _stateless_fold(
     history_end: np.datetime64,
     ndcg: _Ndcg,
     token: str,
+    shared: Any | None = None,
 ) -> FoldOutcome:
     """One fold of a stateless ranker in a worker. A worker that is handed the same ``samples`` object
     again in one backtest (``token``), as a Dask worker holding the broadcast data is, fits on the ranker
     it prepared for the first of them, as the in-process loop fits every fold on one ranker: a stateless
     fit depends only on the prepared data, never on an earlier fit. (A prepared ranker recognises the
     data taken from what it prepared by lineage, so a copy of ``samples``, as loky's workers get per
-    task, is prepared again.)"""
+    task, is prepared again.) With ``shared`` (:func:`_prepare_once`) it reads what one worker prepared."""
     key = (token, id(samples))
     if getattr(_WORKER, "key", None) != key:
         _WORKER.key, _WORKER.ranker, _WORKER.samples = None, None, None  # free the previous one first
         ranker = factory()
-        ranker.prepare(samples, history_end=history_end)
+        if shared is None:
+            ranker.prepare(samples, history_end=history_end)
+        else:
+            ranker.prepare(samples, history_end=history_end, shared=shared)  # type: ignore[call-arg]
         release_freed_memory("binning")  # as the in-process loop does: the binning's temporaries
         _WORKER.key, _WORKER.ranker, _WORKER.samples = key, ranker, samples  # samples held: the id stays its
     return _fit_predict(_WORKER.ranker, samples, data, fold, labels, index, ndcg)
@@ -710,43 +714,98 @@ def _run_folds(
     todo = [f for f in folds if f.fold not in done]
     token = uuid.uuid4().hex  # this backtest: a worker prepares its ranker once for it
 
-    def run(parallel: Parallel, samples: RankingData, data: RankingData) -> dict[int, FoldOutcome]:
+    def run(parallel: Parallel, samples: RankingData, data: RankingData, shared: Any = None) -> dict[int, FoldOutcome]:
         computed = parallel(
-            delayed(_stateless_fold)(factory, samples, data, f, labels, index, history_end, ndcg, token) for f in todo
+            delayed(_stateless_fold)(factory, samples, data, f, labels, index, history_end, ndcg, token, shared)
+            for f in todo
         )
         return {o.fold: o for o in map(emit, computed)}
 
     if options.backend == "dask":
         with _dask_client(options.scheduler) as client:
-            shipped = _ship_to_workers(client, samples, data)
-            # broadcast to every worker once; joblib's dask backend then passes their futures, not the data
-            with parallel_config(backend="dask", client=client, scatter=[*shipped, labels, index]):
-                results = run(Parallel(n_jobs=options.n_jobs, return_as="generator"), *shipped)
+            *shipped, folder = _ship_to_workers(client, samples, data)
+            shared = _prepare_once(client, factory, shipped[0], history_end, folder) if folder and todo else None
+            try:
+                # broadcast to every worker once; joblib's dask backend then passes their futures, not the data
+                with parallel_config(backend="dask", client=client, scatter=[*shipped, labels, index]):
+                    results = run(Parallel(n_jobs=options.n_jobs, return_as="generator"), *shipped, shared)
+            finally:
+                for path in _files_of(shared):
+                    Path(path).unlink(missing_ok=True)
     else:
         results = run(Parallel(n_jobs=options.n_jobs, backend=options.backend, return_as="generator"), samples, data)
     for fold in folds:
         yield done[fold.fold] if fold.fold in done else results[fold.fold]
 
 
-def _ship_to_workers(client: Client, samples: RankingData, data: RankingData) -> tuple[RankingData, RankingData]:
+def _ship_to_workers(
+    client: Client, samples: RankingData, data: RankingData
+) -> tuple[RankingData, RankingData, Path | None]:
     """What the Dask workers get of the feature matrix: when it is a memory map of its cache file and every
     worker sees that file (the same path, size and modification time: workers on this machine, or on a
     shared filesystem), a reference to the file, so that the workers map its pages from the page cache
-    they share instead of each receiving and holding a copy of the matrix (``backtest.memory.by_file``).
-    Otherwise the matrix itself. Both give the workers the same values."""
+    they share instead of each receiving and holding a copy of the matrix (``backtest.memory.by_file``),
+    and the file's folder, which they share. Otherwise the matrix itself and None. Both give the workers
+    the same values."""
     found = file_identity(data.root().__dict__["X"])
     if found is not None:
         seen = client.run(sees_file, *found)
         if seen and all(seen.values()):
             log.info("Dask: the %d workers map the feature matrix from %s", len(seen), found[0])
-            return samples.by_file(), data.by_file()
+            return samples.by_file(), data.by_file(), Path(found[0]).parent
         log.info(
             "Dask: %d of %d workers do not see %s; the matrix is sent",
             list(seen.values()).count(False),
             len(seen),
             found[0],
         )
-    return samples, data
+    return samples, data, None
+
+
+def _prepare_and_share(
+    factory: RankerFactory, samples: RankingData, history_end: np.datetime64, folder: str
+) -> Any | None:
+    """On one worker: prepare a ranker and write what it built into ``folder`` (``share_prepared``)."""
+    ranker = factory()
+    ranker.prepare(samples, history_end=history_end)
+    handle = share_prepared(ranker, Path(folder))
+    del ranker
+    release_freed_memory("binning")
+    return handle
+
+
+def _files_of(handle: Any) -> list[str]:
+    """The file paths in a ``share_prepared`` handle (its strings under the ``bins`` keys, at any depth)."""
+    if isinstance(handle, dict):
+        return [f for key, value in handle.items() for f in ([value] if key == "bins" else _files_of(value))]
+    return []
+
+
+def _prepare_once(
+    client: Client, factory: RankerFactory, samples: RankingData, history_end: np.datetime64, folder: Path
+) -> Any | None:
+    """One worker prepares the ranker (LambdaRank bins every sample) and shares it through files in
+    ``folder``, which every worker sees; the others read it instead of repeating the work. None when the
+    ranker has nothing to share, or when a worker does not see the files (each worker then prepares its
+    own, with the same result)."""
+    started = time.perf_counter()
+    handle = client.submit(_prepare_and_share, factory, samples, history_end, str(folder), pure=False).result()
+    files = _files_of(handle)
+    if handle is None or not files:
+        return None
+    seen = client.run(_sees_all, files)
+    if not all(seen.values()):
+        log.info("Dask: not every worker sees %s; each worker prepares its own ranker", files[0])
+        for path in files:
+            Path(path).unlink(missing_ok=True)
+        return None
+    seconds = time.perf_counter() - started
+    log.info("Dask: one worker prepared the ranker in %.1fs; the others read %s", seconds, files[0])
+    return handle
+
+
+def _sees_all(paths: list[str]) -> bool:
+    return all(os.path.exists(p) for p in paths)
 
 
 def _ranking_data(matrix: FeatureMatrix, relevance: pd.Series, processing: str) -> tuple[RankingData, RankingData]:

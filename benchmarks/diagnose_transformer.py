@@ -17,7 +17,9 @@ script records:
   large positive one.
 
 ``--arch mlp`` is the network on today's row (window 1, no cross-stock attention, no MoE, d_model 64,
-one layer), which a 2-core CPU trains in about a minute a fold; ``--arch small`` is the CPU-sized
+one layer), which a 2-core CPU trains in about a minute a fold (``mlp_linear``: the same with the linear
+path of today's row, ``architecture.linear_path``); ``today`` and ``window5`` are the default network
+with a window of 1 and 5 days; ``--arch small`` is the CPU-sized
 network of the tests' scale (window 10, d_model 32); ``--arch default`` is ``conf/model/stock_transformer.yaml``.
 ``--epochs`` epochs, no early stopping (``patience`` = epochs): the curves show every epoch.
 
@@ -50,6 +52,10 @@ from backtest.metrics import daily_ic  # noqa: E402
 
 ARCHS: dict[str, dict[str, Any]] = {
     "mlp": {"window": 1, "d_model": 64, "n_layers": 1, "scales": (1,), "cross_stock": False, "moe": False},
+    "mlp_linear": {"window": 1, "d_model": 64, "n_layers": 1, "scales": (1,), "cross_stock": False, "moe": False}
+    | {"linear_path": True},
+    "today": {"window": 1, "scales": (1,)},  # the default network on today's row: no temporal window
+    "window5": {"window": 5, "scales": (1, 5)},
     "small": {"window": 10, "d_model": 32, "n_layers": 1, "n_heads": 2, "cross_heads": 2, "scales": (5, 10)},
     "default": {},
 }

@@ -137,6 +137,20 @@ class RankerBase:
     def ndcg_gain(self) -> str | tuple[float, ...]:
         return "linear"
 
+    def share_prepared(self, directory: Path) -> Any | None:
+        """After ``prepare``: write what it built into new files under ``directory`` and return a small
+        picklable handle, so that rankers of the same config in other processes (Dask workers) are
+        prepared with ``prepare(data, history_end=..., shared=handle)`` instead of repeating the work;
+        None (this default) when there is nothing worth sharing and ``prepare`` takes no ``shared``."""
+        return None
+
+
+def share_prepared(ranker: object, directory: Path) -> Any | None:
+    """``ranker.share_prepared(directory)`` (:meth:`RankerBase.share_prepared`), None for a ranker without
+    it: the one call for rankers that may not derive from :class:`RankerBase`."""
+    share = getattr(ranker, "share_prepared", None)
+    return share(directory) if share is not None else None
+
 
 def check_label_processing(ranker: object, processing: str) -> None:
     """Refuse a label processing the ranker (an instance or a class) cannot learn from.

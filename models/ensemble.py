@@ -26,7 +26,7 @@ import pandas as pd
 
 from backtest.errors import ConfigError, DataContractError
 from backtest.metrics import daily_ic
-from models.base import Ranker, RankerBase
+from models.base import Ranker, RankerBase, share_prepared
 from models.data import RankingData
 
 META_FILE = "ensemble.json"
@@ -86,9 +86,21 @@ class EnsembleRanker(RankerBase):
             member.adopt_state(other.members[name])  # type: ignore[arg-type]
         self.weights, self.last_fit = dict(other.weights), dict(other.last_fit)
 
-    def prepare(self, data: RankingData, *, history_end: np.datetime64 | None = None) -> None:
-        for member in self.members.values():
-            member.prepare(data, history_end=history_end)
+    def prepare(
+        self, data: RankingData, *, history_end: np.datetime64 | None = None, shared: Any | None = None
+    ) -> None:
+        """Prepare every member; one that :meth:`share_prepared` shared reads what it prepared."""
+        for name, member in self.members.items():
+            if shared is not None and name in shared:
+                member.prepare(data, history_end=history_end, shared=shared[name])  # type: ignore[call-arg]
+            else:
+                member.prepare(data, history_end=history_end)
+
+    def share_prepared(self, directory: Path) -> dict[str, Any] | None:
+        """The members' handles (:meth:`RankerBase.share_prepared`) by name; None when none shares."""
+        handles = {name: share_prepared(m, directory) for name, m in self.members.items()}
+        kept = {name: h for name, h in handles.items() if h is not None}
+        return kept or None
 
     def fit(self, train: RankingData, valid: RankingData | None = None) -> Self:
         """Fit every member on ``train`` (``valid`` their early-stopping tail), then weigh them."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -349,6 +350,9 @@ class BinnedPanel:
     sublist_size, seed : with a ``sublist_size``, each day's rows are held in the random order of
         :func:`day_sublists` (the bins are the same), so that a training subset can cut each day into
         contiguous random sub-lists (``subset(..., sublists=True)``).
+    bins : a LightGBM binary file written by :meth:`save_bins` of a panel of the same ``data``, ``params``,
+        ``history_end``, ``sublist_size`` and ``seed`` (in another process): its bins are read instead of
+        binning again, the same bins byte for byte.
 
     Attributes
     ----------
@@ -372,6 +376,7 @@ class BinnedPanel:
         history_end: np.datetime64 | None = None,
         sublist_size: int | None = None,
         seed: int = 0,
+        bins: str | Path | None = None,
     ) -> None:
         t0 = time.perf_counter()
         self.source = data
@@ -404,6 +409,23 @@ class BinnedPanel:
                     f"BinnedPanel: no sample is dated on or before history_end={history_end} (data starts "
                     f"{data.dates[0]}); pass the first fold's training end."
                 )
+        self.bin_rows = n_ref
+        if bins is not None:
+            self.dataset = lgb.Dataset(str(bins), params=self.params).construct()
+            if self.dataset.num_data() != data.n_samples or self.dataset.num_feature() != data.n_features:
+                raise DataContractError(
+                    f"BinnedPanel: the bins file {bins} holds {self.dataset.num_data()} samples x "
+                    f"{self.dataset.num_feature()} features, the data {data.n_samples} x {data.n_features}; "
+                    "it was written for other data: prepare the ranker afresh."
+                )
+            log.info(
+                "BinnedPanel: %d samples x %d features read from %s in %.1fs",
+                data.n_samples,
+                data.n_features,
+                bins,
+                time.perf_counter() - t0,
+            )
+            return
         # No second copy of X: the edges come from views of the first n_ref rows, and every sample is
         # then pushed into them a batch at a time.
         reference = self._bin_edges(data.feature_blocks(n_ref), names)
@@ -417,7 +439,6 @@ class BinnedPanel:
         # The bins are copied into the dataset: the edges' Dataset (the first n_ref rows, binned) would
         # otherwise stay referenced for as long as the panel lives.
         self.dataset.reference = None
-        self.bin_rows = n_ref
         log.info(
             "BinnedPanel: %d samples x %d features binned in %.1fs (edges from the first %d samples)",
             data.n_samples,
@@ -425,6 +446,11 @@ class BinnedPanel:
             time.perf_counter() - t0,
             n_ref,
         )
+
+    def save_bins(self, path: str | Path) -> None:
+        """Write the binned samples to ``path`` (LightGBM's binary Dataset file), for ``bins=`` of a panel
+        built in another process."""
+        self.dataset.save_binary(str(path))
 
     def _bin_edges(self, blocks: list[np.ndarray], names: list[str]) -> lgb.Dataset:
         """A Dataset of ``blocks`` (the rows the bin edges come from), binned :attr:`bin_columns` features
@@ -593,14 +619,27 @@ class LambdaRankRanker(RankerBase):
         p.update({f"extra.{k}": v for k, v in extra.items()})
         return p
 
-    def prepare(self, data: RankingData, *, history_end: np.datetime64 | None = None) -> None:
-        """Bin every sample once (:class:`BinnedPanel`); later fits on data ``take``-n from ``data``
-        train on subsets. Resets warm start."""
+    def prepare(
+        self, data: RankingData, *, history_end: np.datetime64 | None = None, shared: Any | None = None
+    ) -> None:
+        """Bin every sample once (:class:`BinnedPanel`), or read the bins of ``shared`` (what
+        :meth:`share_prepared` of a ranker of the same config prepared on the same data returned); later
+        fits on data ``take``-n from ``data`` train on subsets. Resets warm start."""
         cfg = self.config
+        bins = shared["bins"] if shared is not None else None
         self.panel = BinnedPanel(
-            data, cfg.lgb_params(), history_end=history_end, sublist_size=cfg.sublist_size, seed=cfg.seed
+            data, cfg.lgb_params(), history_end=history_end, sublist_size=cfg.sublist_size, seed=cfg.seed, bins=bins
         )
         self.fits_since_refit = 0
+
+    def share_prepared(self, directory: Path) -> dict[str, str]:
+        """Write the prepared bins into ``directory`` (a new file); returns the handle that ``prepare(...,
+        shared=)`` reads them from in another process."""
+        if self.panel is None:
+            raise DataContractError("LambdaRankRanker.share_prepared: call prepare() first.")
+        path = Path(directory) / f"bins-{uuid.uuid4().hex}.bin"
+        self.panel.save_bins(path)
+        return {"bins": str(path)}
 
     def _check(self, data: RankingData, what: str, labelled: bool) -> None:
         if self.feature_names and data.feature_names != self.feature_names:

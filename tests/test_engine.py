@@ -100,10 +100,10 @@ class PrepareCounting(LambdaRankRanker):
         super().__init__(small_ranker().config)
         self.log = log
 
-    def prepare(self, data, *, history_end=None) -> None:
+    def prepare(self, data, *, history_end=None, shared=None) -> None:
         with self.log.open("a") as out:
-            out.write(f"{os.getpid()}\n")
-        super().prepare(data, history_end=history_end)
+            out.write(f"{os.getpid()} {'read' if shared else 'binned'}\n")
+        super().prepare(data, history_end=history_end, shared=shared)
 
 
 def test_folds_on_a_dask_cluster_equal_the_in_process_run_bitwise(
@@ -137,7 +137,7 @@ def test_folds_on_a_dask_cluster_equal_the_in_process_run_bitwise(
         prefixes = set(cluster.scheduler.task_prefixes)
     assert any(p.startswith("batch_of__stateless_fold") for p in prefixes), prefixes  # the workers ran the folds
     # each of the two workers binned the data once, not once per fold; this process did not
-    pids = prepares.read_text().split()
+    pids = [line.split()[0] for line in prepares.read_text().splitlines()]
     assert len(on_cluster.records) >= 6 and len(pids) == len(set(pids)) <= 2 and os.getpid() not in map(int, pids)
     # the features went to the workers once, broadcast, not once per fold
     assert scattered == [(["RankingData", "RankingData", "Labels", "MultiIndex"], True)]
@@ -194,6 +194,32 @@ def test_dask_workers_on_this_machine_map_the_cached_matrix_from_its_file(
     for shipped, passed_on, matrix, largest in sizes:
         assert matrix > 1_000_000 and largest < matrix / 4, (largest, matrix)
         assert passed_on < shipped + matrix / 4, (passed_on, shipped, matrix)
+    pd.testing.assert_series_equal(on_cluster.scores, result.scores, check_exact=True)
+
+
+def test_one_dask_worker_bins_and_the_others_read_its_bins(result, tiny_panel, tmp_path: Path) -> None:
+    """With the cached matrix on a folder every worker sees, one worker bins the samples and writes the
+    bins beside the matrix; the workers fitting the folds read them instead of binning again; the scores
+    equal the in-process run's bitwise, and the bins file is gone when the backtest ends."""
+    distributed = pytest.importorskip("distributed")
+    prepares = tmp_path / "prepares.txt"
+    cache = tmp_path / "cache"
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        on_cluster = backtest(
+            tiny_panel,
+            backend="dask",
+            scheduler=cluster.scheduler_address,
+            n_jobs=-1,
+            feature_cache_dir=cache,
+            factory=functools.partial(PrepareCounting, prepares),
+        )
+    lines = [line.split() for line in prepares.read_text().splitlines()]
+    assert [kind for _, kind in lines].count("binned") == 1, lines  # one worker binned, once
+    readers = {pid for pid, kind in lines if kind == "read"}
+    assert 1 <= len(readers) <= 2 and str(os.getpid()) not in {pid for pid, _ in lines}
+    assert not list(cache.rglob("bins-*.bin"))
     pd.testing.assert_series_equal(on_cluster.scores, result.scores, check_exact=True)
 
 

@@ -224,6 +224,32 @@ def test_sublists_train_on_random_groups_the_same_on_the_panel_as_on_raw_rows(ma
     assert oos_rank_ic(test, binned.predict(test), test.relevance.astype(float)).mean() > 0.3  # it still learns
 
 
+def test_a_ranker_prepared_from_shared_bins_fits_the_same_trees(make_ranking_data: Factory, tmp_path: Path) -> None:
+    """share_prepared writes the panel's bins; a ranker of the same config prepared from them (as a Dask
+    worker is) holds the same bins and fits the same trees, sub-lists included; bins of other data are
+    refused."""
+    data, _ = make_ranking_data(n_days=70, n_stocks=30, n_features=5, signal=0.6, seed=5)
+    train, valid = data.take(np.arange(0, 50 * 30)), data.take(np.arange(55 * 30, 70 * 30))
+    cfg = LambdaRankConfig(**{**SMALL, "sublist_size": 8})
+    binned = LambdaRankRanker(cfg)
+    binned.prepare(data, history_end=train.dates[-1])
+    handle = binned.share_prepared(tmp_path)
+    assert list(handle) == ["bins"] and Path(handle["bins"]).parent == tmp_path
+    read = LambdaRankRanker(cfg)
+    read.prepare(data, history_end=train.dates[-1], shared=handle)
+    assert read.panel is not None and binned.panel is not None
+    np.testing.assert_array_equal(read.panel.order, binned.panel.order)
+    binned.fit(train, valid)
+    read.fit(train, valid)
+    assert read.last_fit["binned"] and trees(read.booster) == trees(binned.booster)
+    np.testing.assert_array_equal(read.predict(valid), binned.predict(valid))
+    other, _ = make_ranking_data(n_days=60, n_stocks=30, n_features=5, seed=6)
+    with pytest.raises(DataContractError, match="bins file .* other data"):
+        LambdaRankRanker(cfg).prepare(other, history_end=other.dates[10], shared=handle)
+    with pytest.raises(DataContractError, match="prepare"):
+        LambdaRankRanker(cfg).share_prepared(tmp_path)
+
+
 def test_fits_are_deterministic(make_ranking_data: Factory) -> None:
     data, _ = make_ranking_data(n_days=40, n_stocks=30, seed=4)
     cfg = LambdaRankConfig(**{**SMALL, "feature_fraction": 0.5, "seed": 11})
