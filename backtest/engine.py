@@ -61,7 +61,7 @@ from backtest.metrics import daily_ic, daily_ranking_quality, headline_metrics, 
 from backtest.portfolio import PortfolioResult, PortfolioSpec, check_universe, return_days, simulate
 from backtest.splits import Fold, RollingSchedule
 from backtest.stop import raise_if_stopped
-from models.base import LEVEL_PROCESSINGS, Ranker, share_prepared
+from models.base import LEVEL_PROCESSINGS, Ranker, share_prepared, shared_files
 from models.data import RankingData
 
 if TYPE_CHECKING:
@@ -730,7 +730,7 @@ def _run_folds(
                 with parallel_config(backend="dask", client=client, scatter=[*shipped, labels, index]):
                     results = run(Parallel(n_jobs=options.n_jobs, return_as="generator"), *shipped, shared)
             finally:
-                for path in _files_of(shared):
+                for path in shared_files(shared):
                     Path(path).unlink(missing_ok=True)
     else:
         results = run(Parallel(n_jobs=options.n_jobs, backend=options.backend, return_as="generator"), samples, data)
@@ -774,13 +774,6 @@ def _prepare_and_share(
     return handle
 
 
-def _files_of(handle: Any) -> list[str]:
-    """The file paths in a ``share_prepared`` handle (its strings under the ``bins`` keys, at any depth)."""
-    if isinstance(handle, dict):
-        return [f for key, value in handle.items() for f in ([value] if key == "bins" else _files_of(value))]
-    return []
-
-
 def _prepare_once(
     client: Client, factory: RankerFactory, samples: RankingData, history_end: np.datetime64, folder: Path
 ) -> Any | None:
@@ -790,7 +783,7 @@ def _prepare_once(
     own, with the same result)."""
     started = time.perf_counter()
     handle = client.submit(_prepare_and_share, factory, samples, history_end, str(folder), pure=False).result()
-    files = _files_of(handle)
+    files = shared_files(handle)
     if handle is None or not files:
         return None
     seen = client.run(_sees_all, files)

@@ -140,9 +140,14 @@ class RankerBase:
     def share_prepared(self, directory: Path) -> Any | None:
         """After ``prepare``: write what it built into new files under ``directory`` and return a small
         picklable handle, so that rankers of the same config in other processes (Dask workers) are
-        prepared with ``prepare(data, history_end=..., shared=handle)`` instead of repeating the work;
-        None (this default) when there is nothing worth sharing and ``prepare`` takes no ``shared``."""
+        prepared with ``prepare(data, history_end=..., shared=handle)`` instead of repeating the work; a
+        dict whose files stand under :data:`SHARED_FILE` keys (:func:`shared_files`). None (this
+        default) when there is nothing worth sharing and ``prepare`` takes no ``shared``."""
         return None
+
+
+#: The key of a file's path in a ``share_prepared`` handle (a dict, nested by an ensemble's members).
+SHARED_FILE = "file"
 
 
 def share_prepared(ranker: object, directory: Path) -> Any | None:
@@ -150,6 +155,14 @@ def share_prepared(ranker: object, directory: Path) -> Any | None:
     it: the one call for rankers that may not derive from :class:`RankerBase`."""
     share = getattr(ranker, "share_prepared", None)
     return share(directory) if share is not None else None
+
+
+def shared_files(handle: Any) -> list[str]:
+    """The paths of the files a ``share_prepared`` handle refers to (the values of its
+    :data:`SHARED_FILE` keys, at any depth): what the process that asked for it checks and removes."""
+    if not isinstance(handle, dict):
+        return []
+    return [f for key, value in handle.items() for f in ([value] if key == SHARED_FILE else shared_files(value))]
 
 
 def check_label_processing(ranker: object, processing: str) -> None:

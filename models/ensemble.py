@@ -56,7 +56,10 @@ class EnsembleRanker(RankerBase):
             raise ConfigError("model=ensemble: expected at least one member in model.members, received none.")
         if combine not in COMBINE:
             raise ConfigError(f"model.combine: expected one of {', '.join(COMBINE)}, received {combine!r}.")
-        self.members: dict[str, Ranker] = {name: (m if isinstance(m, Ranker) else m()) for name, m in members.items()}
+        # a ranker class passes the protocol's isinstance check too: it is a factory
+        self.members: dict[str, Ranker] = {
+            name: (m if isinstance(m, Ranker) and not isinstance(m, type) else m()) for name, m in members.items()
+        }
         self.combine = combine
         self.accepted_labels = frozenset.intersection(*(frozenset(m.accepted_labels) for m in self.members.values()))
         self.weights: dict[str, float] = {name: 1.0 / len(self.members) for name in self.members}

@@ -29,7 +29,7 @@ from backtest.memory import drop_span, read_columns
 from backtest.metrics import GAINS, mean_daily_rank_ic, relevance_gains
 from backtest.portfolio import DEFAULT_TOP_K
 from backtest.stop import raise_if_stopped
-from models.base import EARLY_STOPPING_METRICS, LEVEL_PROCESSINGS, RankerBase, label_processing_fix
+from models.base import EARLY_STOPPING_METRICS, LEVEL_PROCESSINGS, SHARED_FILE, RankerBase, label_processing_fix
 from models.data import RankingData
 
 log = logging.getLogger(__name__)
@@ -626,7 +626,7 @@ class LambdaRankRanker(RankerBase):
         :meth:`share_prepared` of a ranker of the same config prepared on the same data returned); later
         fits on data ``take``-n from ``data`` train on subsets. Resets warm start."""
         cfg = self.config
-        bins = shared["bins"] if shared is not None else None
+        bins = shared[SHARED_FILE] if shared is not None else None
         self.panel = BinnedPanel(
             data, cfg.lgb_params(), history_end=history_end, sublist_size=cfg.sublist_size, seed=cfg.seed, bins=bins
         )
@@ -639,7 +639,7 @@ class LambdaRankRanker(RankerBase):
             raise DataContractError("LambdaRankRanker.share_prepared: call prepare() first.")
         path = Path(directory) / f"bins-{uuid.uuid4().hex}.bin"
         self.panel.save_bins(path)
-        return {"bins": str(path)}
+        return {SHARED_FILE: str(path)}
 
     def _check(self, data: RankingData, what: str, labelled: bool) -> None:
         if self.feature_names and data.feature_names != self.feature_names:

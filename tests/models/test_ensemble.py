@@ -11,7 +11,7 @@ import pytest
 
 from backtest.errors import ConfigError
 from backtest.metrics import daily_ic
-from models.base import check_label_processing
+from models.base import check_label_processing, shared_files
 from models.data import RankingData
 from models.ensemble import EnsembleRanker, daily_percentile
 from models.lambdarank import LambdaRankConfig, LambdaRankRanker
@@ -106,6 +106,21 @@ def test_an_ensemble_learns_saves_and_loads(make_ranking_data: Factory, tmp_path
     model.save(tmp_path / "ens")
     again = EnsembleRanker.load(tmp_path / "ens")
     np.testing.assert_allclose(again.predict(test), scores)
+
+
+def test_an_ensemble_shares_the_preparation_of_the_members_that_have_one(make_ranking_data: Factory, tmp_path) -> None:
+    """Only LambdaRank's bins are shared (the linear ranker has nothing to share); an ensemble prepared
+    from the handle, as a Dask worker is, scores exactly as the one that binned."""
+    data, _ = make_ranking_data(n_days=50, n_stocks=20, n_features=3, signal=1.0, seed=5)
+    train, valid, test = (data.take(np.arange(a * 20, b * 20)) for a, b in ((0, 36), (38, 44), (44, 50)))
+    members = {"lambdarank": _lambdarank, "linear": partial(LinearRanker, alpha=0.1)}
+    binned, read = EnsembleRanker(members), EnsembleRanker(members)
+    binned.prepare(data, history_end=train.dates[-1])
+    handle = binned.share_prepared(tmp_path)
+    assert list(handle) == ["lambdarank"] and len(shared_files(handle)) == 1
+    assert EnsembleRanker({"linear": LinearRanker}).share_prepared(tmp_path) is None
+    read.prepare(data, history_end=train.dates[-1], shared=handle)
+    np.testing.assert_array_equal(read.fit(train, valid).predict(test), binned.fit(train, valid).predict(test))
 
 
 def test_an_ensemble_accepts_only_the_labels_all_its_members_accept() -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from backtest.errors import ConfigError, DataContractError
 from backtest.metrics import daily_ic, daily_ndcg, relevance_gains
+from models.base import SHARED_FILE, shared_files
 from models.data import RankingData
 from models.lambdarank import (
     WHOLE_LIST,
@@ -234,7 +235,7 @@ def test_a_ranker_prepared_from_shared_bins_fits_the_same_trees(make_ranking_dat
     binned = LambdaRankRanker(cfg)
     binned.prepare(data, history_end=train.dates[-1])
     handle = binned.share_prepared(tmp_path)
-    assert list(handle) == ["bins"] and Path(handle["bins"]).parent == tmp_path
+    assert shared_files(handle) == [handle[SHARED_FILE]] and Path(handle[SHARED_FILE]).parent == tmp_path
     read = LambdaRankRanker(cfg)
     read.prepare(data, history_end=train.dates[-1], shared=handle)
     assert read.panel is not None and binned.panel is not None
