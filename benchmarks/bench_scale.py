@@ -115,7 +115,7 @@ def run_on_local_cluster(
         job = run_main_job([*overrides, *dask, f"model.config.num_threads={fit_threads}"], timeout_s=timeout_s)
         done.set()
         sampler.join()
-        # each worker bins once, at the same time as the others: the binning lines come from the workers
+        # one worker bins and the others read its bins (engine._prepare_once): the binning line comes from it
         job.output += "\n" + "\n".join(client.run(_worker_log).values())
     return job, peak[0]
 

@@ -50,10 +50,10 @@ from backtest.engine import _fold_sets, _ranking_data  # noqa: E402
 from backtest.leakage import fold_rows  # noqa: E402
 from backtest.metrics import daily_ic  # noqa: E402
 
+MLP: dict[str, Any] = {"window": 1, "d_model": 64, "n_layers": 1, "scales": (1,), "cross_stock": False, "moe": False}
 ARCHS: dict[str, dict[str, Any]] = {
-    "mlp": {"window": 1, "d_model": 64, "n_layers": 1, "scales": (1,), "cross_stock": False, "moe": False},
-    "mlp_linear": {"window": 1, "d_model": 64, "n_layers": 1, "scales": (1,), "cross_stock": False, "moe": False}
-    | {"linear_path": True},
+    "mlp": MLP,
+    "mlp_linear": MLP | {"linear_path": True},
     "today": {"window": 1, "scales": (1,)},  # the default network on today's row: no temporal window
     "window5": {"window": 5, "scales": (1, 5)},
     "small": {"window": 10, "d_model": 32, "n_layers": 1, "n_heads": 2, "cross_heads": 2, "scales": (5, 10)},
