@@ -727,7 +727,9 @@ def _run_folds(
             shared = _prepare_once(client, factory, shipped[0], history_end, folder) if folder and todo else None
             try:
                 # broadcast to every worker once; joblib's dask backend then passes their futures, not the data
+                started = time.perf_counter()
                 with parallel_config(backend="dask", client=client, scatter=[*shipped, labels, index]):
+                    log.info("Dask: samples, labels and index on every worker in %.1fs", time.perf_counter() - started)
                     results = run(Parallel(n_jobs=options.n_jobs, return_as="generator"), *shipped, shared)
             finally:
                 for path in shared_files(shared):
@@ -746,7 +748,8 @@ def _ship_to_workers(
     shared filesystem), a reference to the file, so that the workers map its pages from the page cache
     they share instead of each receiving and holding a copy of the matrix (``backtest.memory.by_file``),
     and the file's folder, which they share. Otherwise the matrix itself and None. Both give the workers
-    the same values."""
+    the same values, and both ship the stock codes as integers (``RankingData.compact``): pickling them as
+    strings, once per worker that passes them on, stalled the broadcast of a whole market's samples."""
     found = file_identity(data.root().__dict__["X"])
     if found is not None:
         seen = client.run(sees_file, *found)
@@ -759,7 +762,7 @@ def _ship_to_workers(
             len(seen),
             found[0],
         )
-    return samples, data, None
+    return samples.compact(), data.compact(), None
 
 
 def _prepare_and_share(

@@ -159,7 +159,7 @@ def test_dask_workers_on_this_machine_map_the_cached_matrix_from_its_file(
     """With the feature cache, workers that see its file get a reference to it, not the matrix's bytes:
     what Dask serializes of the samples and the data (after it has tokenized them for their keys)
     unpickles as a memory map of the file and holds no array of feature values, and so does what a worker
-    passes on to another; every score is the same."""
+    passes on to another; the stock codes travel as integers; every score is the same."""
     distributed = pytest.importorskip("distributed")
     from distributed.protocol import pickle as dask_pickle
 
@@ -177,6 +177,9 @@ def test_dask_workers_on_this_machine_map_the_cached_matrix_from_its_file(
             assert file_backed(received.root().X)
             # what a worker sends another (broadcast copies travel from worker to worker) is a reference too
             passed_on = len(pickle.dumps(received, protocol=5))
+            for shipped_codes in (received.codes, received.root().codes):  # an int32 a row, not a str a row
+                distinct = len(set(shipped_codes.tolist()))
+                assert len(pickle.dumps(shipped_codes, protocol=5)) < 4 * len(shipped_codes) + 30 * distinct + 500
             shipped = len(out) + sum(b.raw().nbytes for b in buffers)
             largest = max((b.raw().nbytes for b in buffers), default=0)  # no array of feature values in it
             sizes.append((shipped, passed_on, x.root().X.nbytes, largest))

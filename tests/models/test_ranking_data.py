@@ -109,6 +109,41 @@ def test_a_scattered_take_copies_x_only_when_x_is_read() -> None:
     assert not np.shares_memory(train.X, data.X)
 
 
+def test_shipped_codes_pickle_as_integers_and_are_passed_on_without_factorising_again(monkeypatch) -> None:
+    """What goes to a worker (``compact``, which ``by_file`` applies too) pickles the stock codes as their
+    distinct values and an int32 position a row, not one string a row; the worker gets the same codes, and
+    passing them on to another worker reuses the parts it received."""
+    import pickle
+
+    from models import data as data_module
+
+    n_days, n_stocks = 2_000, 100
+    dates = np.repeat(np.arange(n_days).astype("datetime64[D]").astype("datetime64[ns]"), n_stocks)
+    # one str object a row, as the panel's codes arrive (a plain pickle writes each of them in full)
+    codes = np.tile(np.array([f"{600000 + i}.XSHG" for i in range(n_stocks)]), n_days).astype(object)
+    data = RankingData(np.zeros((n_days * n_stocks, 2), dtype=np.float32), dates, codes, ("f", "g"))
+    samples = data.take(np.arange(0, data.n_samples, 2))
+    shipped = pickle.dumps(samples.compact(), protocol=5)
+    n = samples.n_samples
+    assert len(pickle.dumps(samples.codes, protocol=5)) > 12 * n  # a string a row
+    assert len(pickle.dumps(samples.compact().codes, protocol=5)) < 4 * n + 20 * n_stocks + 500  # an int32 a row
+    received = pickle.loads(shipped)
+    np.testing.assert_array_equal(received.codes, samples.codes)
+    np.testing.assert_array_equal(received.parent.codes, codes)
+    assert not received.codes.flags.writeable  # its parts stay its values'
+
+    factorised: list[int] = []
+    real = data_module.pd.factorize
+    monkeypatch.setattr(data_module.pd, "factorize", lambda v, **kw: factorised.append(len(v)) or real(v, **kw))
+    passed_on = pickle.dumps(received, protocol=5)
+    assert factorised == [] and len(passed_on) == len(shipped)
+    np.testing.assert_array_equal(received.X, samples.X)
+    part = pickle.loads(pickle.dumps(received.codes[5:9], protocol=5))  # a selection is factorised anew
+    assert factorised == [4] and part.tolist() == samples.codes[5:9].tolist()
+    unicode = data.take(np.arange(3)).compact().codes  # codes that are not Python objects stay as they are
+    assert type(small().compact().codes) is np.ndarray and unicode.dtype == object
+
+
 def test_from_frame_with_tensor_aligns_samples_to_the_grid() -> None:
     idx = pd.MultiIndex.from_arrays([pd.DatetimeIndex(D), C], names=["date", "code"])
     frame = pd.DataFrame({"f": [1.0, 2.0, 3.0, np.nan, 5.0]}, index=idx)
