@@ -10,7 +10,14 @@ from models.lambdarank import WHOLE_LIST, LambdaRankRanker
 from models.transformer_ranker import StockTransformerRanker
 
 
-@pytest.mark.parametrize("name, cls", [("lambdarank", LambdaRankRanker), ("stock_transformer", StockTransformerRanker)])
+@pytest.mark.parametrize(
+    "name, cls",
+    [
+        ("lambdarank", LambdaRankRanker),
+        ("stock_transformer", StockTransformerRanker),
+        ("stock_transformer_today", StockTransformerRanker),
+    ],
+)
 def test_model_group_instantiates(name: str, cls: type, compose_config) -> None:
     cfg = compose_config([f"model={name}", "seed=7"])
     ranker = instantiate(cfg.model, _convert_="all")
@@ -19,8 +26,11 @@ def test_model_group_instantiates(name: str, cls: type, compose_config) -> None:
     if name == "lambdarank":
         assert ranker.params["n_bins"] == cfg.label.n_bins
         assert ranker.config.lgb_params()["lambdarank_truncation_level"] == WHOLE_LIST  # every pair of a day
+    elif name == "stock_transformer_today":  # the default network on day t alone
+        assert (ranker.architecture.window, ranker.architecture.scales) == (1, (1,))
+        assert ranker.architecture.cross_stock and ranker.architecture.moe
     else:
-        assert ranker.architecture.scales == (5, 10, 30)
+        assert (ranker.architecture.window, ranker.architecture.scales) == (30, (5, 10, 30))
         assert ranker.architecture.ff_dim == 256
         assert ranker.architecture.experts_per_stock == 2
     assert (ranker.ndcg_depth, ranker.ndcg_gain) == (cfg.portfolio.top_k, "linear")
