@@ -34,6 +34,11 @@ from e2e import MainJob, run_main_job
 
 SIZES = ["460:300:2018", "1500:1000:2018", "7500:5000:2018", "3000:2000:2018"]
 STAGES = ("audit_s", "features_s", "binning_s", "folds_s", "baselines_s", "portfolio_s", "record_s")
+#: on a LocalCluster, the engine's log lines (backtest/engine.py) of the stages before the first fold
+DASK_STAGES = {
+    "prepare_s": r"Dask: one worker prepared the ranker in ([\d.]+)s",
+    "broadcast_s": r"Dask: samples, labels and index on every worker in ([\d.]+)s",
+}
 
 
 def exponents(rows: list[dict], first: int) -> dict[str, float]:
@@ -150,6 +155,9 @@ def main() -> None:
         binned = re.search(r"BinnedPanel: (\d+) samples x (\d+) features binned in ([\d.]+)s", job.output)
         job.stages["binning_s"] = float(binned.group(3)) if binned else float("nan")  # inside folds_s
         samples, features = (int(binned.group(1)), int(binned.group(2))) if binned else (0, 0)
+        for stage, line in DASK_STAGES.items() if args.dask_workers else ():
+            found = re.search(line, job.output)
+            job.stages[stage] = float(found.group(1)) if found else float("nan")  # inside folds_s
         matrix_gib = samples * features * 4 / 2**30
         row = {
             "size": size,
@@ -171,7 +179,8 @@ def main() -> None:
             "load": job.load,
         }
         rows.append(row)
-        stages = "  ".join(f"{k[:-2]} {job.stages.get(k, float('nan')):6.1f}" for k in STAGES)
+        shown = (*STAGES, *DASK_STAGES) if args.dask_workers else STAGES
+        stages = "  ".join(f"{k[:-2]} {job.stages.get(k, float('nan')):6.1f}" for k in shown)
         print(
             f"{size:>15}  folds {row['n_folds']:.0f}  wall {job.wall_s:7.1f} s  peak RSS {job.peak_rss_gib:5.2f} GiB "
             f"({job.peak_rss_gib / matrix_gib if matrix_gib else float('nan'):.2f}x the {matrix_gib:.2f} GiB float32 "
