@@ -46,3 +46,16 @@ def test_the_ndcg_depth_is_the_number_of_stocks_bought(name: str, compose_config
         truncated = compose_config(["model=lambdarank", "portfolio.top_k=7", "model.config.truncation_level=null"])
         lgb = instantiate(truncated.model, _convert_="all").config.lgb_params()
         assert lgb["lambdarank_truncation_level"] == 10  # null: the stocks bought + 3
+
+
+def test_the_ensemble_with_the_transformer_holds_the_one_day_network(compose_config) -> None:
+    """model=ensemble_transformer: LambdaRank, the linear ranker and the StockTransformer on day t alone
+    (stock_transformer_today), each member a factory of fresh rankers."""
+    members = compose_config(["model=ensemble_transformer"]).model.members
+    assert list(members) == ["lambdarank", "linear", "stock_transformer"]
+    assert members.stock_transformer._target_ == "models.transformer_ranker.StockTransformerRanker"
+    assert (members.stock_transformer.architecture.window, list(members.stock_transformer.architecture.scales)) == (
+        1,
+        [1],
+    )
+    assert all(member._partial_ for member in members.values())
