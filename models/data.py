@@ -84,13 +84,15 @@ class _Codes(np.ndarray):
     samples to Dask workers (:meth:`RankingData.by_file`), and on from one worker to the next, then costs a
     copy of integers: pickling 9.5 million strings took tens of seconds a hop and stalled the broadcast.
     An unpickled array keeps its parts, so passing it on does not factorise it again; a view or a selection
-    of it is factorised when pickled.
+    of it is factorised when pickled. Codes with a missing value (None, NaN) pickle as they are.
 
     >>> import pickle
-    >>> codes = _Codes.of(np.array(["B", "A", "B", None], dtype=object))
+    >>> codes = _Codes.of(np.array(["B", "A", "B"], dtype=object))
     >>> again = pickle.loads(pickle.dumps(codes))
     >>> again.tolist(), type(again).__name__, again._parts[1].dtype.name, again[1:].tolist()
-    (['B', 'A', 'B', None], '_Codes', 'int32', ['A', 'B', None])
+    (['B', 'A', 'B'], '_Codes', 'int32', ['A', 'B'])
+    >>> pickle.loads(pickle.dumps(_Codes.of(np.array(["B", None, np.nan], dtype=object)))).tolist()
+    ['B', None, nan]
     """
 
     _parts: tuple[np.ndarray, np.ndarray] | None = None
@@ -107,7 +109,9 @@ class _Codes(np.ndarray):
     def __reduce_ex__(self, protocol):  # type: ignore[override]
         parts = self._parts
         if parts is None:
-            positions, distinct = pd.factorize(np.asarray(self), use_na_sentinel=False)
+            positions, distinct = pd.factorize(np.asarray(self))
+            if positions.size and positions.min() < 0:  # a missing value: factorising would not keep it as it is
+                return np.asarray(self).__reduce_ex__(protocol)
             dtype = np.int32 if len(distinct) < 2**31 else np.int64
             parts = (np.asarray(distinct, dtype=object), positions.astype(dtype, copy=False))
         return (_codes_from, parts)
