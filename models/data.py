@@ -82,7 +82,8 @@ class _Codes(np.ndarray):
     """Stock codes (an object array of str) that pickle as their distinct values and each row's position
     among them: the bytes of two arrays instead of one pickled string per row. Shipping a whole market's
     samples to Dask workers (:meth:`RankingData.by_file`), and on from one worker to the next, then costs a
-    copy of integers: pickling 9.5 million strings took tens of seconds a hop and stalled the broadcast.
+    copy of integers; pickling one str a row (9.5 million at 5,000 members) again at every hop stalled the
+    broadcast (benchmarks/README.md, "Scale").
     An unpickled array keeps its parts, so passing it on does not factorise it again; a view or a selection
     of it is factorised when pickled. Codes with a missing value (None, NaN) pickle as they are.
 
