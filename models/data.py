@@ -425,9 +425,10 @@ class RankingData:
         codes pickle compactly (:meth:`compact`), file-backed or not."""
         root = self.root()
         source = by_file(root.__dict__["X"])
-        shipped = self.compact()
         if source is root.__dict__["X"]:  # not file-backed: the values themselves
-            return shipped
+            return self.compact()
+        shipped = copy.copy(self)
+        shipped.__dict__["codes"] = _Codes.of(self.codes)
         if self.parent is None:
             shipped.__dict__["X"] = source
         else:
