@@ -84,8 +84,9 @@ class _Codes(np.ndarray):
     samples to Dask workers (:meth:`RankingData.by_file`), and on from one worker to the next, then costs a
     copy of integers; pickling one str a row (9.5 million at 5,000 members) again at every hop stalled the
     broadcast (benchmarks/README.md, "Scale").
-    An unpickled array keeps its parts, so passing it on does not factorise it again; a view or a selection
-    of it is factorised when pickled. Codes with a missing value (None, NaN) pickle as they are.
+    The codes are factorised once, when made (:meth:`of`); an unpickled array keeps its parts too, so
+    passing it on does not factorise it again; a view or a selection of it is factorised when pickled.
+    Codes with a missing value (None, NaN) pickle as they are.
 
     >>> import pickle
     >>> codes = _Codes.of(np.array(["B", "A", "B"], dtype=object))
@@ -100,22 +101,31 @@ class _Codes(np.ndarray):
 
     @staticmethod
     def of(codes: np.ndarray) -> np.ndarray:
-        """``codes`` pickling as their parts when they are Python objects (str); any other array as it is."""
+        """``codes`` pickling as their parts when they are Python objects (str): a read-only copy holding
+        them, factorised here once for every later pickle; any other array as it is."""
         codes = np.asarray(codes)
-        return codes.view(_Codes) if codes.dtype == object and codes.ndim == 1 else codes
+        if codes.dtype != object or codes.ndim != 1:
+            return codes
+        parts = _factorised(codes)
+        return codes.view(_Codes) if parts is None else _codes_from(*parts)
 
     def __array_finalize__(self, obj: Any) -> None:
         self._parts = None  # a view or a selection: factorised again when pickled
 
     def __reduce_ex__(self, protocol):  # type: ignore[override]
-        parts = self._parts
-        if parts is None:
-            positions, distinct = pd.factorize(np.asarray(self))
-            if positions.size and positions.min() < 0:  # a missing value: factorising would not keep it as it is
-                return np.asarray(self).__reduce_ex__(protocol)
-            dtype = np.int32 if len(distinct) < 2**31 else np.int64
-            parts = (np.asarray(distinct, dtype=object), positions.astype(dtype, copy=False))
+        parts = self._parts if self._parts is not None else _factorised(np.asarray(self))
+        if parts is None:  # a missing value: factorising would not keep it as it is
+            return np.asarray(self).__reduce_ex__(protocol)
         return (_codes_from, parts)
+
+
+def _factorised(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The distinct values of ``codes`` and each row's position among them; None when one is missing."""
+    positions, distinct = pd.factorize(codes)
+    if positions.size and positions.min() < 0:
+        return None
+    dtype = np.int32 if len(distinct) < 2**31 else np.int64
+    return np.asarray(distinct, dtype=object), positions.astype(dtype, copy=False)
 
 
 def _codes_from(distinct: np.ndarray, positions: np.ndarray) -> _Codes:
